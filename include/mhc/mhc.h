@@ -1,0 +1,93 @@
+/* mhc C API: the stable ABI under the Python package and any other binding.
+ *
+ * A tensor is a non-owning view: data pointer, dtype, rank, shape and strides
+ * in elements. Optional tensors are passed as NULL. Every call returns one of
+ * the status codes below; on failure mhc_last_error() gives a message naming
+ * the tensor (thread-local, valid until the next call on the same thread) and
+ * no output has been written. */
+#ifndef MHC_MHC_H_
+#define MHC_MHC_H_
+
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define MHC_API __declspec(dllexport)
+#else
+#define MHC_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MHC_MAX_RANK 8
+
+typedef enum mhc_dtype { MHC_BF16 = 0, MHC_FP16 = 1, MHC_FP32 = 2 } mhc_dtype;
+
+/* Status codes: the numeric values of CANN's aclnn codes. */
+#define MHC_OK 0
+#define MHC_ERR_NULLPTR 161001
+#define MHC_ERR_INVALID 161002
+#define MHC_ERR_RUNTIME 361001
+#define MHC_ERR_INTERNAL 561001
+
+/* What kind of input error it was, for bindings that map errors to their
+ * own exception types (Python: dtype -> TypeError, the rest -> ValueError). */
+typedef enum mhc_error_kind {
+  MHC_ERROR_NONE = 0,
+  MHC_ERROR_NULL = 1,
+  MHC_ERROR_DTYPE = 2,
+  MHC_ERROR_SHAPE = 3,
+  MHC_ERROR_LAYOUT = 4, /* strides, alignment, overlap */
+  MHC_ERROR_VALUE = 5,  /* a scalar argument */
+  MHC_ERROR_RUNTIME = 6
+} mhc_error_kind;
+
+typedef struct mhc_tensor {
+  void *data;
+  int32_t dtype; /* mhc_dtype */
+  int32_t rank;
+  int64_t shape[MHC_MAX_RANK];
+  int64_t strides[MHC_MAX_RANK]; /* in elements */
+} mhc_tensor;
+
+typedef struct mhc_options {
+  double norm_eps;     /* default 1e-6 */
+  double hc_eps;       /* default 1e-6 */
+  int32_t num_threads; /* 0: MHC_NUM_THREADS or all hardware threads */
+} mhc_options;
+
+MHC_API mhc_options mhc_default_options(void);
+
+MHC_API int mhc_pre_forward(const mhc_tensor *x, const mhc_tensor *phi, const mhc_tensor *alpha,
+                            const mhc_tensor *bias, const mhc_tensor *gamma /* nullable */,
+                            const mhc_tensor *h_in, const mhc_tensor *h_post,
+                            const mhc_tensor *h_res /* NULL iff alpha has 2 entries */,
+                            const mhc_tensor *inv_rms, const mhc_tensor *h_mix,
+                            const mhc_tensor *h_pre /* caches: all three or none */,
+                            const mhc_options *options /* nullable: defaults */);
+
+MHC_API int mhc_pre_backward(const mhc_tensor *x, const mhc_tensor *phi, const mhc_tensor *alpha,
+                             const mhc_tensor *grad_h_in, const mhc_tensor *grad_h_post,
+                             const mhc_tensor *grad_h_res /* NULL iff alpha has 2 entries */,
+                             const mhc_tensor *inv_rms, const mhc_tensor *h_mix,
+                             const mhc_tensor *h_pre, const mhc_tensor *h_post,
+                             const mhc_tensor *gamma /* nullable */,
+                             const mhc_tensor *grad_x_post /* nullable */,
+                             const mhc_tensor *grad_x, const mhc_tensor *grad_phi,
+                             const mhc_tensor *grad_alpha, const mhc_tensor *grad_bias,
+                             const mhc_tensor *grad_gamma /* required iff gamma given */,
+                             const mhc_options *options /* nullable: defaults */);
+
+/* The message and kind of the last failure on this thread ("" / NONE after success). */
+MHC_API const char *mhc_last_error(void);
+MHC_API int mhc_last_error_kind(void);
+
+/* The kernel family in use: "avx512", "avx2", "portable" or "reference". */
+MHC_API const char *mhc_isa(void);
+MHC_API const char *mhc_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MHC_MHC_H_ */

@@ -1,0 +1,133 @@
+// mhc: the mHC pre-block operators (MhcPre, MhcPreBackward) on CPUs.
+//
+// The C++ face. Tensors are non-owning views (pointer, dtype, shape, strides in
+// elements). Functions return a Status; on any error no output is written and
+// the message names the tensor, what was expected and what was given.
+// The formulas, shapes and rules are those of SPEC.md (shipped as docs/SPEC.md).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "mhc/mhc.h"
+
+namespace mhc {
+
+enum class DType : int32_t { bf16 = MHC_BF16, fp16 = MHC_FP16, fp32 = MHC_FP32 };
+
+inline constexpr int kMaxRank = MHC_MAX_RANK;
+
+// A non-owning view of a strided tensor. The library reads inputs through it and
+// writes outputs through it; it never keeps the pointer after a call returns.
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::fp32;
+  int32_t rank = 0;
+  std::array<int64_t, kMaxRank> shape{};
+  std::array<int64_t, kMaxRank> strides{};  // in elements
+
+  TensorView() = default;
+  // A view with explicit strides (elements).
+  TensorView(const void* ptr, DType type, std::initializer_list<int64_t> dims,
+             std::initializer_list<int64_t> element_strides);
+  // A contiguous (row-major) view.
+  TensorView(const void* ptr, DType type, std::initializer_list<int64_t> dims);
+
+  int64_t numel() const;
+};
+
+enum class StatusCode : int32_t {
+  ok = MHC_OK,
+  null_pointer = MHC_ERR_NULLPTR,
+  invalid_argument = MHC_ERR_INVALID,
+  runtime_error = MHC_ERR_RUNTIME,
+  internal_error = MHC_ERR_INTERNAL,
+};
+
+enum class ErrorKind : int32_t {
+  none = MHC_ERROR_NONE,
+  null = MHC_ERROR_NULL,
+  dtype = MHC_ERROR_DTYPE,
+  shape = MHC_ERROR_SHAPE,
+  layout = MHC_ERROR_LAYOUT,
+  value = MHC_ERROR_VALUE,
+  runtime = MHC_ERROR_RUNTIME,
+};
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, ErrorKind kind, std::string message)
+      : code_(code), kind_(kind), message_(std::move(message)) {}
+  bool ok() const { return code_ == StatusCode::ok; }
+  explicit operator bool() const { return ok(); }
+  StatusCode code() const { return code_; }
+  ErrorKind kind() const { return kind_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  StatusCode code_ = StatusCode::ok;
+  ErrorKind kind_ = ErrorKind::none;
+  std::string message_;
+};
+
+struct Options {
+  double norm_eps = 1e-6;
+  double hc_eps = 1e-6;
+  int num_threads = 0;  // 0: MHC_NUM_THREADS if set, else all hardware threads
+};
+
+// Forward MhcPre (SPEC §2). x is [B,S,N,D] or [T,N,D]; every per-token tensor
+// follows x's layout.
+struct PreForwardInputs {
+  TensorView x;      // bf16 | fp16 | fp32
+  TensorView phi;    // [F, N*D] fp32
+  TensorView alpha;  // [3] or [2] fp32
+  TensorView bias;   // [F] fp32
+  std::optional<TensorView> gamma;  // [N, D] fp32; absent = ones
+};
+struct PreForwardOutputs {
+  TensorView h_in;                    // [.., D], x's dtype
+  TensorView h_post;                  // [.., N] fp32
+  std::optional<TensorView> h_res;    // [.., N, N] or [.., R] fp32; absent iff alpha has 2 entries
+  std::optional<TensorView> inv_rms;  // [..] fp32      } the three caches:
+  std::optional<TensorView> h_mix;    // [.., F] fp32   } all or none
+  std::optional<TensorView> h_pre;    // [.., N] fp32   }
+};
+Status pre_forward(const PreForwardInputs& in, const PreForwardOutputs& out,
+                   const Options& options = {});
+
+// Backward MhcPreBackward (SPEC §3).
+struct PreBackwardInputs {
+  TensorView x;
+  TensorView phi;
+  TensorView alpha;
+  TensorView grad_h_in;                  // [.., D], x's dtype
+  TensorView grad_h_post;                // [.., N] fp32
+  std::optional<TensorView> grad_h_res;  // [.., N, N] or [.., R]; absent iff alpha has 2 entries
+  TensorView inv_rms;                    // [..]
+  TensorView h_mix;                      // [.., F]
+  TensorView h_pre;                      // [.., N]
+  TensorView h_post;                     // [.., N]
+  std::optional<TensorView> gamma;        // [N, D]
+  std::optional<TensorView> grad_x_post;  // x's shape and dtype; absent = 0
+};
+struct PreBackwardOutputs {
+  TensorView grad_x;      // x's shape and dtype
+  TensorView grad_phi;    // [F, N*D] fp32
+  TensorView grad_alpha;  // [3] or [2] fp32
+  TensorView grad_bias;   // [F] fp32
+  std::optional<TensorView> grad_gamma;  // [N, D] fp32, required iff gamma is given
+};
+Status pre_backward(const PreBackwardInputs& in, const PreBackwardOutputs& out,
+                    const Options& options = {});
+
+// The kernel family chosen at run time ("avx512", "avx2", "portable", "reference");
+// MHC_ISA in the environment forces one.
+const char* isa();
+
+}  // namespace mhc

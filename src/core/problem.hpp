@@ -1,0 +1,97 @@
+// The problem descriptor: what validation produces and planning and kernels consume.
+// Plain data, no behaviour beyond index arithmetic. Every tensor is resolved to a
+// canonical index space so kernels never see layouts, ranks or optional shapes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.hpp"
+#include "mhc/mhc.hpp"
+
+namespace mhc::core {
+
+// A tensor resolved to canonical dims; data == nullptr means "absent".
+// Per-token tensors use dims [B, S, i, j] (TND input: B = 1, S = T); the
+// others use their natural dims with unused trailing dims of extent 1.
+struct Strided {
+  void* data = nullptr;
+  DType dtype = DType::fp32;
+  int64_t shape[4] = {1, 1, 1, 1};
+  int64_t stride[4] = {0, 0, 0, 0};  // elements
+
+  bool present() const { return data != nullptr; }
+  // Element offset of token t (per-token tensors): t = b*S + s.
+  int64_t token_offset(int64_t t) const {
+    return (t / shape[1]) * stride[0] + (t % shape[1]) * stride[1];
+  }
+  // Offset of element (i, j) of token t; of element (i, j) for non-token tensors.
+  int64_t at(int64_t t, int64_t i, int64_t j) const {
+    return token_offset(t) + i * stride[2] + j * stride[3];
+  }
+  int64_t at(int64_t i, int64_t j) const { return i * stride[2] + j * stride[3]; }
+  // Residual logit r of token t, whether stored [.., N, N] or flat [.., R].
+  int64_t residual_at(int64_t t, int64_t r) const {
+    return token_offset(t) + (r / shape[3]) * stride[2] + (r % shape[3]) * stride[3];
+  }
+  float load(int64_t offset) const;  // element at offset, as fp32
+  void store(int64_t offset, float value) const;
+};
+
+struct Dims {
+  int64_t B = 0, S = 0, T = 0;  // T = B*S
+  int64_t N = 0, D = 0, K = 0;  // K = N*D
+  int64_t R = 0, F = 0;         // F = 2N + R; R = 0 for two-entry alpha
+  bool two_entry_alpha = false; // alpha has 2 entries, F = 2N, no residual branch
+  bool bsnd = false;            // x came as [B,S,N,D]
+};
+
+struct ForwardProblem {
+  Dims dims;
+  double norm_eps = 1e-6;
+  double hc_eps = 1e-6;
+  // inputs
+  Strided x;      // [B,S,N,D]
+  Strided phi;    // [F,K]
+  Strided alpha;  // [A]
+  Strided bias;   // [F]
+  Strided gamma;  // [N,D] or absent
+  // outputs
+  Strided h_in;     // [B,S,D]
+  Strided h_post;   // [B,S,N]
+  Strided h_res;    // [B,S,I,J] with I*J = R, or absent
+  Strided inv_rms;  // [B,S]   } all three
+  Strided h_mix;    // [B,S,F] } or
+  Strided h_pre;    // [B,S,N] } none
+};
+
+struct BackwardProblem {
+  Dims dims;
+  double hc_eps = 1e-6;
+  // inputs
+  Strided x;            // [B,S,N,D]
+  Strided phi;          // [F,K]
+  Strided alpha;        // [A]
+  Strided grad_h_in;    // [B,S,D]
+  Strided grad_h_post;  // [B,S,N]
+  Strided grad_h_res;   // [B,S,I,J] with I*J = R, or absent
+  Strided inv_rms;      // [B,S]
+  Strided h_mix;        // [B,S,F]
+  Strided h_pre;        // [B,S,N]
+  Strided h_post;       // [B,S,N]
+  Strided gamma;        // [N,D] or absent
+  Strided grad_x_post;  // [B,S,N,D] or absent
+  // outputs
+  Strided grad_x;       // [B,S,N,D]
+  Strided grad_phi;     // [F,K]
+  Strided grad_alpha;   // [A]
+  Strided grad_bias;    // [F]
+  Strided grad_gamma;   // [N,D] or absent
+};
+
+inline float Strided::load(int64_t offset) const { return load_element(data, dtype, offset); }
+inline void Strided::store(int64_t offset, float value) const {
+  store_element(data, dtype, offset, value);
+}
+
+}  // namespace mhc::core

@@ -1,0 +1,123 @@
+// Internals of the aclnn face (libmhc_aclnn): error messages, handle registries,
+// aclTensor -> mhc::TensorView translation and executors. The face translates
+// CANN's arguments into the operator layer's and nothing more: every shape and
+// dtype rule is mhc::ops::validate_*'s.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <variant>
+
+#include "acl/acl.h"
+#include "core/problem.hpp"
+#include "mhc/mhc.hpp"
+
+namespace mhc::aclnn {
+
+// --- errors: the thread's last failure message, read by aclGetRecentErrMsg ---
+void set_recent_error(std::string message);
+// Records `message` and returns `code` (for `return fail(...)`).
+int fail(int code, std::string message);
+
+// --- handles ---
+// Handles given to the caller (streams, contexts, tensors, executors) are ids,
+// never addresses, and ids are never reused: a stale or foreign handle is
+// always recognised as such, so "run twice" or "destroy twice" is an error
+// instead of a use-after-free.
+uintptr_t next_handle_id();
+
+template <class T>
+class HandleRegistry {
+ public:
+  uintptr_t add(std::shared_ptr<T> object) {
+    const uintptr_t id = next_handle_id();
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_.emplace(id, std::move(object));
+    return id;
+  }
+  // The object, or nullptr when the handle is not live.
+  std::shared_ptr<T> find(uintptr_t id) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(id);
+    return it == live_.end() ? nullptr : it->second;
+  }
+  // Removes and returns the object; nullptr when not live (so of two threads
+  // taking the same handle, exactly one gets it).
+  std::shared_ptr<T> take(uintptr_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = live_.find(id);
+    if (it == live_.end()) return nullptr;
+    std::shared_ptr<T> object = std::move(it->second);
+    live_.erase(it);
+    return object;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<uintptr_t, std::shared_ptr<T>> live_;
+};
+
+template <class Handle>
+uintptr_t handle_id(Handle* h) { return reinterpret_cast<uintptr_t>(h); }
+template <class Handle>
+Handle* as_handle(uintptr_t id) { return reinterpret_cast<Handle*>(id); }
+
+// A NULL stream (CANN's default stream) or one from aclrtCreateStream.
+bool stream_is_usable(aclrtStream stream);
+
+// --- tensors ---
+// One named tensor argument of an operator; `tensor` may be NULL.
+struct TensorArg {
+  const char* name;  // CANN's parameter name, for messages
+  const aclTensor* tensor;
+};
+
+// A live aclTensor translated to a view: data = base + offset * element size,
+// the view dims and strides (elements). Rejects, with ACLNN_ERR_PARAM_INVALID,
+// what only CANN's tensors can be: a destroyed handle, a dtype with no mhc
+// counterpart, a private format, an empty tensor, a view outside its storage.
+aclnnStatus to_view(const char* op, const TensorArg& arg, TensorView* view);
+// Same, as an optional: absent when the argument is NULL.
+aclnnStatus to_optional_view(const char* op, const TensorArg& arg, std::optional<TensorView>* view);
+// CANN takes x in bf16 or fp16 only; fp32 x is rejected as CANN rejects it.
+aclnnStatus check_x_not_fp32(const char* op, const TensorView& x);
+
+// --- executors ---
+using Problem = std::variant<core::ForwardProblem, core::BackwardProblem>;
+
+// Registers an executor holding a copy of the validated problem (no reference
+// to any aclTensor) and reports the workspace the run phase needs.
+aclnnStatus create_executor(const char* op, Problem problem, size_t core_workspace_bytes,
+                            uint64_t* workspace_size, aclOpExecutor** executor);
+// The run phase of `op`: checks the executor (live, made by `op`'s first
+// phase), the workspace and the stream; then runs synchronously and frees the
+// executor. A failed check leaves the executor live (destroy or run it again).
+aclnnStatus run_executor(const char* op, void* workspace, uint64_t workspace_size,
+                         aclOpExecutor* executor, aclrtStream stream);
+
+// Map a Status of the operator layer to the aclnn code (same numbers) and
+// record its message, prefixed with the operator name.
+aclnnStatus from_status(const char* op, const Status& status);
+
+// Runs body() and turns any escaping exception into an error code: no C++
+// exception crosses the C boundary.
+template <class Body>
+int guarded(const char* op, Body body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return fail(ACLNN_ERR_INNER, std::string(op) + ": out of host memory");
+  } catch (const std::exception& e) {
+    return fail(ACLNN_ERR_INNER, std::string(op) + ": internal error: " + e.what());
+  } catch (...) {
+    return fail(ACLNN_ERR_INNER, std::string(op) + ": internal error");
+  }
+}
+
+}  // namespace mhc::aclnn

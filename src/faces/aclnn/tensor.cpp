@@ -1,0 +1,188 @@
+// aclTensor: CANN's tensor descriptor, and its translation to mhc::TensorView.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "faces/aclnn/face.hpp"
+
+namespace mhc::aclnn {
+namespace {
+
+struct Tensor {
+  std::vector<int64_t> view_dims;
+  std::vector<int64_t> strides;  // elements
+  std::vector<int64_t> storage_dims;
+  bool has_storage = false;
+  aclDataType dtype = ACL_DT_UNDEFINED;
+  aclFormat format = ACL_FORMAT_ND;
+  int64_t offset = 0;  // elements
+  void* data = nullptr;
+};
+
+HandleRegistry<Tensor>& tensors() {
+  static HandleRegistry<Tensor> registry;
+  return registry;
+}
+
+std::string dims_string(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+const char* private_format_name(aclFormat format) {
+  switch (format) {
+    case ACL_FORMAT_NC1HWC0: return "ACL_FORMAT_NC1HWC0";
+    case ACL_FORMAT_FRACTAL_Z: return "ACL_FORMAT_FRACTAL_Z";
+    case ACL_FORMAT_NC1HWC0_C04: return "ACL_FORMAT_NC1HWC0_C04";
+    case ACL_FORMAT_FRACTAL_NZ: return "ACL_FORMAT_FRACTAL_NZ";
+    case ACL_FORMAT_NDC1HWC0: return "ACL_FORMAT_NDC1HWC0";
+    case ACL_FRACTAL_Z_3D: return "ACL_FRACTAL_Z_3D";
+    default: return nullptr;
+  }
+}
+
+// Formats that describe plain row-major memory (the dims say everything).
+bool is_plain_format(aclFormat format) {
+  switch (format) {
+    case ACL_FORMAT_NCHW: case ACL_FORMAT_NHWC: case ACL_FORMAT_ND: case ACL_FORMAT_HWCN:
+    case ACL_FORMAT_NDHWC: case ACL_FORMAT_NCDHW: case ACL_FORMAT_NC: case ACL_FORMAT_NCL:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool to_mhc_dtype(aclDataType dtype, DType* out) {
+  switch (dtype) {
+    case ACL_BF16: *out = DType::bf16; return true;
+    case ACL_FLOAT16: *out = DType::fp16; return true;
+    case ACL_FLOAT: *out = DType::fp32; return true;
+    default: return false;
+  }
+}
+
+int64_t product(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims)
+    if (__builtin_mul_overflow(n, d, &n)) return INT64_MAX;
+  return n;
+}
+
+// The view's element range [lo, hi] (relative to the storage base) must lie in
+// the storage the caller declared: a view outside it would read or write
+// memory the tensor does not own.
+bool view_inside_storage(const Tensor& t) {
+  int64_t lo = t.offset, hi = t.offset;
+  for (size_t i = 0; i < t.view_dims.size(); ++i) {
+    int64_t span;
+    if (__builtin_mul_overflow(t.view_dims[i] - 1, t.strides[i], &span)) return false;
+    if (__builtin_add_overflow(span < 0 ? lo : hi, span, span < 0 ? &lo : &hi)) return false;
+  }
+  return lo >= 0 && hi < product(t.storage_dims);
+}
+
+}  // namespace
+
+aclnnStatus to_view(const char* op, const TensorArg& arg, TensorView* view) {
+  const std::string where = std::string(op) + ": " + arg.name;
+  std::shared_ptr<Tensor> t = tensors().find(handle_id(arg.tensor));
+  if (!t) return fail(ACLNN_ERR_PARAM_INVALID, where + ": not a live aclTensor (destroyed or never created)");
+  DType dtype;
+  if (!to_mhc_dtype(t->dtype, &dtype))
+    return fail(ACLNN_ERR_PARAM_INVALID, where + ": aclDataType " + std::to_string(int(t->dtype)) +
+                                             " is not supported (ACL_BF16, ACL_FLOAT16 or ACL_FLOAT)");
+  if (const char* name = private_format_name(t->format))
+    return fail(ACLNN_ERR_PARAM_INVALID, where + ": private format " + name + " is not supported (use ACL_FORMAT_ND)");
+  if (!is_plain_format(t->format))
+    return fail(ACLNN_ERR_PARAM_INVALID, where + ": unknown aclFormat " + std::to_string(int(t->format)));
+  if (t->view_dims.size() > size_t(kMaxRank))
+    return fail(ACLNN_ERR_PARAM_INVALID, where + ": rank " + std::to_string(t->view_dims.size()) +
+                                             " exceeds " + std::to_string(kMaxRank));
+  if (product(t->view_dims) == 0)
+    return fail(ACLNN_ERR_PARAM_INVALID, where + ": empty tensor " + dims_string(t->view_dims) + " is not supported");
+  if (t->offset < 0)
+    return fail(ACLNN_ERR_PARAM_INVALID, where + ": negative offset " + std::to_string(t->offset));
+  if (t->has_storage && !view_inside_storage(*t))
+    return fail(ACLNN_ERR_PARAM_INVALID, where + ": view " + dims_string(t->view_dims) + " with strides " +
+                                             dims_string(t->strides) + " and offset " + std::to_string(t->offset) +
+                                             " reaches outside its storage " + dims_string(t->storage_dims));
+  TensorView v;
+  v.dtype = dtype;
+  v.rank = int32_t(t->view_dims.size());
+  std::copy(t->view_dims.begin(), t->view_dims.end(), v.shape.begin());
+  std::copy(t->strides.begin(), t->strides.end(), v.strides.begin());
+  // NULL data stays NULL so validation reports it by name.
+  v.data = t->data == nullptr ? nullptr
+                              : static_cast<char*>(t->data) + t->offset * core::element_size(dtype);
+  *view = v;
+  return ACLNN_SUCCESS;
+}
+
+aclnnStatus to_optional_view(const char* op, const TensorArg& arg, std::optional<TensorView>* view) {
+  view->reset();
+  if (arg.tensor == nullptr) return ACLNN_SUCCESS;
+  TensorView v;
+  if (aclnnStatus s = to_view(op, arg, &v); s != ACLNN_SUCCESS) return s;
+  *view = v;
+  return ACLNN_SUCCESS;
+}
+
+aclnnStatus check_x_not_fp32(const char* op, const TensorView& x) {
+  if (x.dtype == DType::fp32)
+    return fail(ACLNN_ERR_PARAM_INVALID, std::string(op) + ": x: ACL_FLOAT is not supported (ACL_BF16 or ACL_FLOAT16)");
+  return ACLNN_SUCCESS;
+}
+
+}  // namespace mhc::aclnn
+
+using namespace mhc::aclnn;
+
+extern "C" {
+
+aclTensor* aclCreateTensor(const int64_t* viewDims, uint64_t viewDimsNum, aclDataType dataType,
+                           const int64_t* stride, int64_t offset, aclFormat format,
+                           const int64_t* storageDims, uint64_t storageDimsNum, void* tensorData) {
+  try {
+    if (viewDims == nullptr && viewDimsNum != 0) {
+      set_recent_error("aclCreateTensor: viewDims is NULL with viewDimsNum " + std::to_string(viewDimsNum));
+      return nullptr;
+    }
+    if (storageDims == nullptr && storageDimsNum != 0) {
+      set_recent_error("aclCreateTensor: storageDims is NULL with storageDimsNum " + std::to_string(storageDimsNum));
+      return nullptr;
+    }
+    auto t = std::make_shared<Tensor>();
+    t->view_dims.assign(viewDims, viewDims + viewDimsNum);
+    if (std::any_of(t->view_dims.begin(), t->view_dims.end(), [](int64_t d) { return d < 0; })) {
+      set_recent_error("aclCreateTensor: negative dim in viewDims " + dims_string(t->view_dims));
+      return nullptr;
+    }
+    if (stride != nullptr) {
+      t->strides.assign(stride, stride + viewDimsNum);
+    } else {  // no strides given: contiguous
+      t->strides.assign(viewDimsNum, 1);
+      for (size_t i = viewDimsNum; i-- > 1;) t->strides[i - 1] = t->strides[i] * t->view_dims[i];
+    }
+    t->has_storage = storageDims != nullptr;
+    if (t->has_storage) t->storage_dims.assign(storageDims, storageDims + storageDimsNum);
+    t->dtype = dataType;
+    t->format = format;
+    t->offset = offset;
+    t->data = tensorData;
+    return as_handle<aclTensor>(tensors().add(std::move(t)));
+  } catch (const std::exception&) {
+    set_recent_error("aclCreateTensor: out of host memory");
+    return nullptr;
+  }
+}
+
+aclnnStatus aclDestroyTensor(const aclTensor* tensor) {
+  if (tensor == nullptr) return ACLNN_SUCCESS;
+  if (tensors().take(handle_id(tensor)) == nullptr)
+    return fail(ACLNN_ERR_PARAM_INVALID, "aclDestroyTensor: not a live aclTensor (destroyed twice or never created)");
+  return ACLNN_SUCCESS;
+}
+
+}  // extern "C"

@@ -1,0 +1,100 @@
+// Reference MhcPreBackward (SPEC §3): one token at a time, everything in
+// float64, sums over tokens in token order.
+#include <cmath>
+
+#include "kernels/kernels.hpp"
+#include "kernels/reference/reference.hpp"
+#include "kernels/reference/strided_io.hpp"
+
+namespace mhc::reference {
+
+BackwardOutputs64 backward(const BackwardInputs64& in) {
+  const core::Dims& d = in.dims;
+  const int64_t T = d.T, N = d.N, D = d.D, K = d.K, F = d.F, R = d.R;
+  const double alpha[3] = {in.alpha[0], in.alpha[1], d.two_entry_alpha ? 0.0 : in.alpha[2]};
+  auto gamma = [&](int64_t k) { return in.gamma.empty() ? 1.0 : in.gamma[k]; };
+  auto branch_of = [&](int64_t f) { return f < N ? 0 : f < 2 * N ? 1 : 2; };
+
+  BackwardOutputs64 out;
+  out.grad_x.assign(T * K, 0.0);
+  out.grad_phi.assign(F * K, 0.0);  // accumulates P = sum_t G_t v_t^T, times gamma at the end
+  out.grad_alpha.assign(d.two_entry_alpha ? 2 : 3, 0.0);
+  out.grad_bias.assign(F, 0.0);
+  out.grad_gamma.assign(K, 0.0);
+  std::vector<double> gz(F), G(F), gu(K);
+
+  for (int64_t t = 0; t < T; ++t) {
+    const double* v = &in.x[t * K];
+    const double* grad_h_in = &in.grad_h_in[t * D];
+    const double* m = &in.h_mix[t * F];
+    const double r = in.inv_rms[t];
+
+    for (int64_t n = 0; n < N; ++n) {
+      double g_pre = 0;  // dL/dh_pre
+      for (int64_t j = 0; j < D; ++j) g_pre += v[n * D + j] * grad_h_in[j];
+      const double s = in.h_pre[t * N + n] - in.hc_eps;  // sigma(z_pre)
+      gz[n] = g_pre * s * (1.0 - s);
+      const double h_post = in.h_post[t * N + n], grad_post = in.grad_h_post[t * N + n];
+      if (d.two_entry_alpha) {  // h_post = 2 sigma + hc_eps
+        const double sg = (h_post - in.hc_eps) / 2.0;
+        gz[N + n] = grad_post * 2.0 * sg * (1.0 - sg);
+      } else {  // h_post = 2 sigma
+        gz[N + n] = grad_post * h_post * (1.0 - h_post / 2.0);
+      }
+    }
+    for (int64_t i = 0; i < R; ++i) gz[2 * N + i] = in.grad_h_res[t * R + i];
+
+    double g_r = 0;  // dL/dr
+    for (int64_t f = 0; f < F; ++f) {
+      const double gw = alpha[branch_of(f)] * gz[f];  // dL/dw
+      G[f] = r * gw;                                   // dL/dm
+      g_r += gw * m[f];
+      out.grad_bias[f] += gz[f];
+      out.grad_alpha[branch_of(f)] += gz[f] * r * m[f];
+    }
+    const double c = -r * r * r * g_r / double(K);
+
+    for (int64_t k = 0; k < K; ++k) {
+      double acc = 0;  // dL/du = phi^T G
+      for (int64_t f = 0; f < F; ++f) acc += in.phi[f * K + k] * G[f];
+      gu[k] = acc;
+    }
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t n = k / D, j = k % D;
+      out.grad_x[t * K + k] = in.h_pre[t * N + n] * grad_h_in[j] + gamma(k) * gu[k] + c * v[k] +
+                              (in.grad_x_post.empty() ? 0.0 : in.grad_x_post[t * K + k]);
+      out.grad_gamma[k] += v[k] * gu[k];
+      for (int64_t f = 0; f < F; ++f) out.grad_phi[f * K + k] += G[f] * v[k];
+    }
+  }
+  for (int64_t f = 0; f < F; ++f)
+    for (int64_t k = 0; k < K; ++k) out.grad_phi[f * K + k] *= gamma(k);
+  return out;
+}
+
+void pre_backward(const core::BackwardProblem& p) {
+  const core::Dims& d = p.dims;
+  BackwardInputs64 in;
+  in.dims = d;
+  in.hc_eps = p.hc_eps;
+  in.x = gather_tokens(p.x, d.T, d.N, d.D);
+  in.phi = gather_plain(p.phi, d.F, d.K);
+  in.alpha = gather_plain(p.alpha, 1, d.two_entry_alpha ? 2 : 3);
+  if (p.gamma.present()) in.gamma = gather_plain(p.gamma, d.N, d.D);
+  in.grad_h_in = gather_tokens(p.grad_h_in, d.T, 1, d.D);
+  in.grad_h_post = gather_tokens(p.grad_h_post, d.T, 1, d.N);
+  if (p.grad_h_res.present()) in.grad_h_res = gather_residual(p.grad_h_res, d.T, d.R);
+  in.inv_rms = gather_tokens(p.inv_rms, d.T, 1, 1);
+  in.h_mix = gather_tokens(p.h_mix, d.T, 1, d.F);
+  in.h_pre = gather_tokens(p.h_pre, d.T, 1, d.N);
+  in.h_post = gather_tokens(p.h_post, d.T, 1, d.N);
+  if (p.grad_x_post.present()) in.grad_x_post = gather_tokens(p.grad_x_post, d.T, d.N, d.D);
+  const BackwardOutputs64 out = backward(in);
+  scatter_tokens(p.grad_x, out.grad_x, d.T, d.N, d.D);
+  scatter_plain(p.grad_phi, out.grad_phi, d.F, d.K);
+  scatter_plain(p.grad_alpha, out.grad_alpha, 1, d.two_entry_alpha ? 2 : 3);
+  scatter_plain(p.grad_bias, out.grad_bias, 1, d.F);
+  if (p.grad_gamma.present()) scatter_plain(p.grad_gamma, out.grad_gamma, d.N, d.D);
+}
+
+}  // namespace mhc::reference

@@ -1,0 +1,76 @@
+// Reference MhcPre (SPEC §2): one token at a time, everything in float64.
+#include <cmath>
+
+#include "kernels/kernels.hpp"
+#include "kernels/reference/reference.hpp"
+#include "kernels/reference/strided_io.hpp"
+
+namespace mhc::reference {
+
+static double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
+
+ForwardOutputs64 forward(const ForwardInputs64& in) {
+  const core::Dims& d = in.dims;
+  const int64_t T = d.T, N = d.N, D = d.D, K = d.K, F = d.F, R = d.R;
+  ForwardOutputs64 out;
+  out.h_in.resize(T * D);
+  out.h_post.resize(T * N);
+  out.h_res.resize(T * R);
+  out.inv_rms.resize(T);
+  out.h_mix.resize(T * F);
+  out.h_pre.resize(T * N);
+  const double alpha_pre = in.alpha[0], alpha_post = in.alpha[1];
+  const double alpha_res = d.two_entry_alpha ? 0.0 : in.alpha[2];
+
+  for (int64_t t = 0; t < T; ++t) {
+    const double* v = &in.x[t * K];
+    double sum_sq = 0;
+    for (int64_t k = 0; k < K; ++k) sum_sq += v[k] * v[k];
+    const double r = 1.0 / std::sqrt(sum_sq / double(K) + in.norm_eps);  // from raw x, not x*gamma
+
+    double* m = &out.h_mix[t * F];  // m = phi . u, u = v * gamma; stored before scaling by r
+    for (int64_t f = 0; f < F; ++f) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc += in.phi[f * K + k] * v[k] * (in.gamma.empty() ? 1.0 : in.gamma[k]);
+      m[f] = acc;
+    }
+    for (int64_t n = 0; n < N; ++n) {
+      out.h_pre[t * N + n] = sigmoid(alpha_pre * r * m[n] + in.bias[n]) + in.hc_eps;
+      out.h_post[t * N + n] = 2.0 * sigmoid(alpha_post * r * m[N + n] + in.bias[N + n]) +
+                              (d.two_entry_alpha ? in.hc_eps : 0.0);
+    }
+    for (int64_t i = 0; i < R; ++i)
+      out.h_res[t * R + i] = alpha_res * r * m[2 * N + i] + in.bias[2 * N + i];
+    for (int64_t j = 0; j < D; ++j) {
+      double acc = 0;
+      for (int64_t n = 0; n < N; ++n) acc += out.h_pre[t * N + n] * v[n * D + j];
+      out.h_in[t * D + j] = acc;
+    }
+    out.inv_rms[t] = r;
+  }
+  return out;
+}
+
+void pre_forward(const core::ForwardProblem& p) {
+  const core::Dims& d = p.dims;
+  ForwardInputs64 in;
+  in.dims = d;
+  in.norm_eps = p.norm_eps;
+  in.hc_eps = p.hc_eps;
+  in.x = gather_tokens(p.x, d.T, d.N, d.D);
+  in.phi = gather_plain(p.phi, d.F, d.K);
+  in.alpha = gather_plain(p.alpha, 1, d.two_entry_alpha ? 2 : 3);
+  in.bias = gather_plain(p.bias, 1, d.F);
+  if (p.gamma.present()) in.gamma = gather_plain(p.gamma, d.N, d.D);
+  const ForwardOutputs64 out = forward(in);
+  scatter_tokens(p.h_in, out.h_in, d.T, 1, d.D);
+  scatter_tokens(p.h_post, out.h_post, d.T, 1, d.N);
+  if (p.h_res.present()) scatter_residual(p.h_res, out.h_res, d.T, d.R);
+  if (p.h_mix.present()) {
+    scatter_tokens(p.inv_rms, out.inv_rms, d.T, 1, 1);
+    scatter_tokens(p.h_mix, out.h_mix, d.T, 1, d.F);
+    scatter_tokens(p.h_pre, out.h_pre, d.T, 1, d.N);
+  }
+}
+
+}  // namespace mhc::reference

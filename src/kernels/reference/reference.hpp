@@ -1,0 +1,39 @@
+// The reference: SPEC §2-§3 as readable float64 code over contiguous arrays.
+// Tests use it directly (float64 in, float64 out: finite differences need that)
+// and through pre_forward/pre_backward in kernels.hpp, which gather a problem's
+// strided tensors into these arrays and store the results in the output dtypes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/problem.hpp"
+
+namespace mhc::reference {
+
+// Contiguous float64 operands. Per-token arrays are [T, ...] row-major; phi is
+// [F, K]; gamma is [K] or empty (= ones); alpha has 2 or 3 entries.
+struct ForwardInputs64 {
+  core::Dims dims;  // T, N, D, K, F, R, two_entry_alpha are used
+  std::vector<double> x, phi, alpha, bias, gamma;
+  double norm_eps = 1e-6, hc_eps = 1e-6;
+};
+struct ForwardOutputs64 {
+  std::vector<double> h_in, h_post, h_res, inv_rms, h_mix, h_pre;  // [T,D] [T,N] [T,R] [T] [T,F] [T,N]
+};
+ForwardOutputs64 forward(const ForwardInputs64& in);
+
+struct BackwardInputs64 {
+  core::Dims dims;
+  std::vector<double> x, phi, alpha, gamma;
+  std::vector<double> grad_h_in, grad_h_post, grad_h_res;  // [T,D] [T,N] [T,R]
+  std::vector<double> inv_rms, h_mix, h_pre, h_post;       // caches of the forward
+  std::vector<double> grad_x_post;                         // [T,K] or empty (= 0)
+  double hc_eps = 1e-6;
+};
+struct BackwardOutputs64 {
+  std::vector<double> grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma;  // grad_gamma always [K]
+};
+BackwardOutputs64 backward(const BackwardInputs64& in);
+
+}  // namespace mhc::reference

@@ -1,0 +1,26 @@
+// A small persistent thread pool with a static partition.
+//
+// Determinism does not rest on the pool: callers split work into items whose
+// count and boundaries depend only on the problem, and every item writes its own
+// outputs, so any assignment of items to workers gives the same bits.
+// Policy: one operator call uses the pool at a time. A call made while another
+// host thread holds the pool runs its items on its own thread instead of
+// queueing or spawning more threads, so concurrent callers never oversubscribe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace mhc::runtime {
+
+// Threads a call uses by default: MHC_NUM_THREADS if set (> 0), else the
+// hardware threads.
+int default_thread_count();
+
+// Run body(item, worker) for item in [0, items) on up to `threads` workers
+// (worker in [0, threads)); returns when all items are done. Each worker takes
+// a contiguous range of items.
+void parallel_for(int64_t items, int threads,
+                  const std::function<void(int64_t item, int worker)>& body);
+
+}  // namespace mhc::runtime

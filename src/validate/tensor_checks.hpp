@@ -1,0 +1,57 @@
+// Checks of one tensor view against what the operator expects, and its
+// resolution into the canonical Strided form. Every message names the tensor,
+// says what was expected and what was given.
+#pragma once
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "core/problem.hpp"
+#include "mhc/mhc.hpp"
+
+namespace mhc::validate {
+
+std::string dims_string(const int64_t* dims, int rank);
+std::string view_shape_string(const TensorView& v);
+
+Status null_error(const char* name, const std::string& what);
+Status dtype_error(const char* name, const std::string& expected, DType got);
+Status shape_error(const char* name, const std::string& expected, const TensorView& got);
+Status layout_error(const char* name, const std::string& what);
+Status value_error(const char* name, const std::string& what);
+
+// A shape the tensor may take: its dims and how to print them, e.g. "[T,N,N]=[1024,4,4]".
+struct ShapeOption {
+  std::vector<int64_t> dims;
+  std::string label;
+};
+// Label of dims with their names, e.g. label({"B","S","D"}, {2,3,64}) -> "[B,S,D]=[2,3,64]".
+std::string label(std::initializer_list<const char*> names, const std::vector<int64_t>& dims);
+
+// Rank, non-negative strides, null data, alignment and offset overflow; then the
+// dtype and the shape (which must equal one of `options`; returns its index).
+Status check_view(const char* name, const TensorView& v);
+Status check_dtype(const char* name, const TensorView& v, DType expected);
+Status check_shape(const char* name, const TensorView& v, const std::vector<ShapeOption>& options,
+                   int* chosen);
+
+// An output must not write one element twice (sufficient test: sorted strides
+// each exceed the span of the smaller dims).
+Status check_no_self_overlap(const char* name, const TensorView& v);
+
+// Byte range [lo, hi) a view touches; empty (lo == hi) for zero elements.
+struct ByteSpan {
+  uintptr_t lo = 0, hi = 0;
+};
+ByteSpan byte_span(const TensorView& v);
+bool same_view(const TensorView& a, const TensorView& b);
+
+// The canonical form. `leading` is the number of token dims the view has
+// (2 for [B,S,..], 1 for [T,..], 0 for a non-token tensor); `inner` gives the
+// canonical trailing extents (up to 2, padded with 1), which must multiply to
+// the product of the view's trailing dims.
+core::Strided resolve_token_tensor(const TensorView& v, int leading, int64_t B, int64_t S);
+core::Strided resolve_plain_tensor(const TensorView& v);
+
+}  // namespace mhc::validate
