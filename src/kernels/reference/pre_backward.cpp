@@ -17,6 +17,7 @@ BackwardOutputs64 backward(const BackwardInputs64& in) {
 
   BackwardOutputs64 out;
   out.grad_x.assign(T * K, 0.0);
+  out.grad_x_magnitude.assign(T * K, 0.0);
   out.grad_phi.assign(F * K, 0.0);  // accumulates P = sum_t G_t v_t^T, times gamma at the end
   out.grad_alpha.assign(d.two_entry_alpha ? 2 : 3, 0.0);
   out.grad_bias.assign(F, 0.0);
@@ -61,8 +62,11 @@ BackwardOutputs64 backward(const BackwardInputs64& in) {
     }
     for (int64_t k = 0; k < K; ++k) {
       const int64_t n = k / D, j = k % D;
-      out.grad_x[t * K + k] = in.h_pre[t * N + n] * grad_h_in[j] + gamma(k) * gu[k] + c * v[k] +
-                              (in.grad_x_post.empty() ? 0.0 : in.grad_x_post[t * K + k]);
+      const double terms[4] = {in.h_pre[t * N + n] * grad_h_in[j], gamma(k) * gu[k], c * v[k],
+                               in.grad_x_post.empty() ? 0.0 : in.grad_x_post[t * K + k]};
+      out.grad_x[t * K + k] = terms[0] + terms[1] + terms[2] + terms[3];
+      out.grad_x_magnitude[t * K + k] =
+          std::abs(terms[0]) + std::abs(terms[1]) + std::abs(terms[2]) + std::abs(terms[3]);
       out.grad_gamma[k] += v[k] * gu[k];
       for (int64_t f = 0; f < F; ++f) out.grad_phi[f * K + k] += G[f] * v[k];
     }

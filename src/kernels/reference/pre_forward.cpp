@@ -19,6 +19,7 @@ ForwardOutputs64 forward(const ForwardInputs64& in) {
   out.inv_rms.resize(T);
   out.h_mix.resize(T * F);
   out.h_pre.resize(T * N);
+  out.h_in_magnitude.resize(T * D);
   const double alpha_pre = in.alpha[0], alpha_post = in.alpha[1];
   const double alpha_res = d.two_entry_alpha ? 0.0 : in.alpha[2];
 
@@ -42,9 +43,13 @@ ForwardOutputs64 forward(const ForwardInputs64& in) {
     for (int64_t i = 0; i < R; ++i)
       out.h_res[t * R + i] = alpha_res * r * m[2 * N + i] + in.bias[2 * N + i];
     for (int64_t j = 0; j < D; ++j) {
-      double acc = 0;
-      for (int64_t n = 0; n < N; ++n) acc += out.h_pre[t * N + n] * v[n * D + j];
+      double acc = 0, magnitude = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        acc += out.h_pre[t * N + n] * v[n * D + j];
+        magnitude += std::abs(out.h_pre[t * N + n] * v[n * D + j]);
+      }
       out.h_in[t * D + j] = acc;
+      out.h_in_magnitude[t * D + j] = magnitude;
     }
     out.inv_rms[t] = r;
   }

@@ -20,6 +20,7 @@ struct ForwardInputs64 {
 };
 struct ForwardOutputs64 {
   std::vector<double> h_in, h_post, h_res, inv_rms, h_mix, h_pre;  // [T,D] [T,N] [T,R] [T] [T,F] [T,N]
+  std::vector<double> h_in_magnitude;  // [T,D] sum_n |h_pre[n] v[n,d]|: the scale of h_in's rounding
 };
 ForwardOutputs64 forward(const ForwardInputs64& in);
 
@@ -33,6 +34,8 @@ struct BackwardInputs64 {
 };
 struct BackwardOutputs64 {
   std::vector<double> grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma;  // grad_gamma always [K]
+  // [T,K] |h_pre grad_h_in| + |gamma gu| + |c v| + |grad_x_post|: the scale of grad_x's rounding
+  std::vector<double> grad_x_magnitude;
 };
 BackwardOutputs64 backward(const BackwardInputs64& in);
 
