@@ -15,28 +15,40 @@ struct ForwardArgs {
   const core::ForwardProblem* problem;
   const plan::ForwardPlan* plan;
   float* workspace;
+  float* scratch(int worker) const { return workspace + worker * plan->scratch_per_worker; }
 };
 
 struct BackwardArgs {
   const core::BackwardProblem* problem;
   const plan::BackwardPlan* plan;
   float* workspace;
+  float* scratch(int worker) const {
+    return workspace + plan->off_scratch + worker * plan->scratch_per_worker;
+  }
 };
 
 struct Family {
   const char* name;
+  // Scratch floats one worker needs.
+  int64_t (*forward_scratch_floats)(const core::Dims&);
+  int64_t (*backward_scratch_floats)(const core::Dims&);
   // Forward: every per-token output of tokens [t0, t1).
   void (*forward_tokens)(const ForwardArgs&, int64_t t0, int64_t t1, int worker);
-  // Backward phase 1: per-token G, c, gz, alpha terms of tokens [t0, t1).
+  // Backward phase 1: per-token G, c, gz and grad_alpha terms of tokens [t0, t1).
   void (*backward_token_stats)(const BackwardArgs&, int64_t t0, int64_t t1, int worker);
-  // Backward phase 2: grad_x, grad_phi, grad_gamma for columns [k0, k1), all tokens in order.
-  void (*backward_columns)(const BackwardArgs&, int64_t k0, int64_t k1);
-  // Backward phase 3: grad_bias, grad_alpha (sums over tokens, serial, fixed order).
-  void (*backward_small_sums)(const BackwardArgs&);
+  // Backward phase 2, for the chunk of tokens [t0, t1) and the columns (n, d0..d1):
+  // grad_x, and the chunk's sums of G v^T and v*gu added into the running totals.
+  void (*backward_columns)(const BackwardArgs&, int64_t t0, int64_t t1, const plan::ColumnItem&, int worker);
 };
 
-// The family in use: MHC_ISA (portable | reference | ...) or the best the CPU runs.
-// "reference" is not a Family: the operator layer runs the float64 reference whole.
+// Shared by every family (cheap, scalar): grad_phi and grad_gamma of a column
+// item from the running totals; grad_bias and grad_alpha (token order, two-level).
+void backward_finish_columns(const BackwardArgs&, const plan::ColumnItem&);
+void backward_small_sums(const BackwardArgs&);
+
+// The family in use: MHC_ISA (avx512 | avx2 | portable | reference ...) or the best
+// the CPU runs. "reference" is not a Family: the operator layer runs the float64
+// reference whole.
 const Family* selected_family();
 bool reference_selected();
 const char* selected_name();
@@ -47,9 +59,8 @@ const Family* portable_family();
 }  // namespace mhc::kernels
 
 namespace mhc::reference {
-// The executable form of SPEC §2-§3: float64 accumulation, serial, readable.
-// Used by tests as the golden and selectable with MHC_ISA=reference.
-// (Unlike production kernels it allocates its own float64 scratch.)
+// The executable form of SPEC §2-§3: float64, serial, readable (reference.hpp has
+// the array form). Unlike production kernels it allocates its own scratch.
 void pre_forward(const core::ForwardProblem& problem);
 void pre_backward(const core::BackwardProblem& problem);
 }  // namespace mhc::reference

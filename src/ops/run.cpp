@@ -31,14 +31,18 @@ Status workspace_error(size_t needed, size_t given, const void* workspace) {
 
 }  // namespace
 
+const kernels::Family& family() { return *kernels::selected_family(); }
+
 size_t forward_workspace_bytes(const core::ForwardProblem& problem, int num_threads) {
   if (kernels::reference_selected()) return 0;
-  return plan::plan_forward(problem, resolve_threads(num_threads)).workspace_bytes;
+  return plan::plan_forward(problem, resolve_threads(num_threads),
+                            family().forward_scratch_floats(problem.dims)).workspace_bytes;
 }
 
 size_t backward_workspace_bytes(const core::BackwardProblem& problem, int num_threads) {
   if (kernels::reference_selected()) return 0;
-  return plan::plan_backward(problem, resolve_threads(num_threads)).workspace_bytes;
+  return plan::plan_backward(problem, resolve_threads(num_threads),
+                             family().backward_scratch_floats(problem.dims)).workspace_bytes;
 }
 
 Status run_forward(const core::ForwardProblem& problem, void* workspace, size_t workspace_bytes,
@@ -47,38 +51,58 @@ Status run_forward(const core::ForwardProblem& problem, void* workspace, size_t 
     reference::pre_forward(problem);
     return {};
   }
-  const plan::ForwardPlan plan = plan::plan_forward(problem, resolve_threads(num_threads));
+  const kernels::Family& kernels = family();
+  const plan::ForwardPlan plan = plan::plan_forward(problem, resolve_threads(num_threads),
+                                                    kernels.forward_scratch_floats(problem.dims));
   if (Status s = workspace_error(plan.workspace_bytes, workspace_bytes, workspace); !s.ok()) return s;
-  const kernels::Family* family = kernels::selected_family();
   const kernels::ForwardArgs args{&problem, &plan, static_cast<float*>(workspace)};
   const int64_t T = problem.dims.T;
   runtime::parallel_for(plan.token_items, plan.threads, [&](int64_t item, int worker) {
     const int64_t t0 = item * plan::kTokensPerItem;
-    family->forward_tokens(args, t0, std::min(T, t0 + plan::kTokensPerItem), worker);
+    kernels.forward_tokens(args, t0, std::min(T, t0 + plan::kTokensPerItem), worker);
   });
   return {};
 }
 
+// Backward: for each chunk of tokens, phase 1 (per-token statistics, tokens
+// split over the workers), a barrier, phase 2 (column items split over the
+// workers), a barrier. The chunk's x stays in cache between the two phases.
 Status run_backward(const core::BackwardProblem& problem, void* workspace, size_t workspace_bytes,
                     int num_threads) {
   if (kernels::reference_selected()) {
     reference::pre_backward(problem);
     return {};
   }
-  const plan::BackwardPlan plan = plan::plan_backward(problem, resolve_threads(num_threads));
+  const kernels::Family& kernels = family();
+  const plan::BackwardPlan plan = plan::plan_backward(problem, resolve_threads(num_threads),
+                                                      kernels.backward_scratch_floats(problem.dims));
   if (Status s = workspace_error(plan.workspace_bytes, workspace_bytes, workspace); !s.ok()) return s;
-  const kernels::Family* family = kernels::selected_family();
   const kernels::BackwardArgs args{&problem, &plan, static_cast<float*>(workspace)};
-  const int64_t T = problem.dims.T, K = problem.dims.K;
-  runtime::parallel_for(plan.token_items, plan.threads, [&](int64_t item, int worker) {
-    const int64_t t0 = item * plan::kTokensPerItem;
-    family->backward_token_stats(args, t0, std::min(T, t0 + plan::kTokensPerItem), worker);
+  const core::Dims& d = problem.dims;
+  float* totals = args.workspace + plan.off_phi_total;  // phi_total and gamma_total are adjacent
+  std::fill(totals, args.workspace + plan.off_gamma_total + d.K, 0.0f);
+
+  runtime::parallel_region(plan.threads, [&](int worker, int workers, runtime::Barrier& barrier) {
+    auto share = [&](int64_t count, int64_t* begin, int64_t* end) {
+      *begin = count * worker / workers;
+      *end = count * (worker + 1) / workers;
+    };
+    for (int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
+      const int64_t c0 = chunk * plan::kTokensPerChunk, c1 = std::min(d.T, c0 + plan::kTokensPerChunk);
+      int64_t t0, t1;
+      share(c1 - c0, &t0, &t1);
+      if (t1 > t0) kernels.backward_token_stats(args, c0 + t0, c0 + t1, worker);
+      barrier.arrive_and_wait();
+      int64_t i0, i1;
+      share(plan.column_items, &i0, &i1);
+      for (int64_t i = i0; i < i1; ++i) kernels.backward_columns(args, c0, c1, plan.column_item(i, d.D), worker);
+      barrier.arrive_and_wait();
+    }
+    int64_t i0, i1;
+    share(plan.column_items, &i0, &i1);
+    for (int64_t i = i0; i < i1; ++i) kernels::backward_finish_columns(args, plan.column_item(i, d.D));
   });
-  runtime::parallel_for(plan.column_items, plan.threads, [&](int64_t item, int) {
-    const int64_t k0 = item * plan::kColumnsPerItem;
-    family->backward_columns(args, k0, std::min(K, k0 + plan::kColumnsPerItem));
-  });
-  family->backward_small_sums(args);
+  kernels::backward_small_sums(args);
   return {};
 }
 

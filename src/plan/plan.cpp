@@ -3,24 +3,25 @@
 #include <algorithm>
 
 namespace mhc::plan {
-ForwardPlan plan_forward(const core::ForwardProblem& p, int threads) {
+
+ForwardPlan plan_forward(const core::ForwardProblem& p, int threads, int64_t scratch_floats) {
   ForwardPlan plan;
   plan.token_items = ceil_div(p.dims.T, kTokensPerItem);
   plan.threads = int(std::clamp<int64_t>(threads, 1, std::max<int64_t>(1, plan.token_items)));
-  plan.scratch_per_worker = 2 * align16(p.dims.K) + align16(p.dims.F) + align16(p.dims.N);
+  plan.scratch_per_worker = align16(scratch_floats);
   plan.workspace_bytes = p.dims.T == 0 ? 0 : size_t(plan.threads * plan.scratch_per_worker) * 4;
   return plan;
 }
 
-BackwardPlan plan_backward(const core::BackwardProblem& p, int threads) {
+BackwardPlan plan_backward(const core::BackwardProblem& p, int threads, int64_t scratch_floats) {
   const core::Dims& d = p.dims;
   BackwardPlan plan;
-  plan.token_items = ceil_div(d.T, kTokensPerItem);
-  plan.column_items = ceil_div(d.K, kColumnsPerItem);
   plan.chunks = ceil_div(d.T, kTokensPerChunk);
-  plan.threads = int(std::clamp<int64_t>(
-      threads, 1, std::max<int64_t>(1, std::max(plan.token_items, plan.column_items))));
-  plan.scratch_per_worker = align16(d.K) + align16(d.D);
+  plan.column_items_per_stream = ceil_div(d.D, kColumnsPerItem);
+  plan.column_items = d.N * plan.column_items_per_stream;
+  // More workers than column items would only wait at the barriers.
+  plan.threads = int(std::clamp<int64_t>(threads, 1, std::max<int64_t>(1, plan.column_items)));
+  plan.scratch_per_worker = align16(scratch_floats);
   int64_t at = 0;
   auto region = [&](int64_t floats) { const int64_t o = at; at += align16(floats); return o; };
   plan.off_scratch = region(plan.threads * plan.scratch_per_worker);
@@ -28,9 +29,7 @@ BackwardPlan plan_backward(const core::BackwardProblem& p, int threads) {
   plan.off_c = region(d.T);
   plan.off_gz = region(d.T * d.F);
   plan.off_alpha_terms = region(d.T * 3);
-  plan.off_phi_partial = region(d.F * d.K);
   plan.off_phi_total = region(d.F * d.K);
-  plan.off_gamma_partial = region(d.K);
   plan.off_gamma_total = region(d.K);
   plan.workspace_bytes = size_t(at) * 4;
   return plan;

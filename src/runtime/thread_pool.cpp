@@ -107,4 +107,34 @@ void parallel_for(int64_t items, int threads,
   for (int64_t i = 0; i < items; ++i) body(i, 0);
 }
 
+void parallel_region(int threads,
+                     const std::function<void(int worker, int workers, Barrier& barrier)>& body) {
+  const int workers = std::max(1, threads);
+  if (workers > 1) {
+    Barrier barrier(workers);
+    const std::function<void(int64_t, int)> each = [&](int64_t item, int) {
+      body(int(item), workers, barrier);
+    };
+    if (pool().try_run(workers, workers, each)) return;  // one item per worker: all concurrent
+  }
+  Barrier alone(1);
+  body(0, 1, alone);
+}
+
+void Barrier::arrive_and_wait() {
+  if (participants_ == 1) return;
+  const uint64_t gen = generation_.load(std::memory_order_acquire);
+  if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == participants_) {
+    arrived_.store(0, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+    return;
+  }
+  for (int spins = 0; generation_.load(std::memory_order_acquire) == gen; ++spins) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if (spins > 4096) std::this_thread::yield();  // oversubscribed machine: let the others run
+  }
+}
+
 }  // namespace mhc::runtime

@@ -8,6 +8,7 @@
 // queueing or spawning more threads, so concurrent callers never oversubscribe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 
@@ -22,5 +23,24 @@ int default_thread_count();
 // a contiguous range of items.
 void parallel_for(int64_t items, int threads,
                   const std::function<void(int64_t item, int worker)>& body);
+
+// A reusable spinning barrier for the workers of one parallel_region: phases of
+// a few microseconds make a futex round trip too costly.
+class Barrier {
+ public:
+  explicit Barrier(int participants) : participants_(participants) {}
+  void arrive_and_wait();
+
+ private:
+  const int participants_;
+  alignas(64) std::atomic<int> arrived_{0};
+  alignas(64) std::atomic<uint64_t> generation_{0};
+};
+
+// Run body(worker, workers, barrier) on `workers` threads that all run at the
+// same time, so they may wait for each other on `barrier`; workers is
+// min(threads, what the pool can give): 1 when another caller holds the pool.
+void parallel_region(int threads,
+                     const std::function<void(int worker, int workers, Barrier& barrier)>& body);
 
 }  // namespace mhc::runtime

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -87,6 +88,19 @@ aclnnStatus to_view(const char* op, const TensorArg& arg, TensorView* view);
 aclnnStatus to_optional_view(const char* op, const TensorArg& arg, std::optional<TensorView>* view);
 // CANN takes x in bf16 or fp16 only; fp32 x is rejected as CANN rejects it.
 aclnnStatus check_x_not_fp32(const char* op, const TensorView& x);
+
+// --- checks shared by the operators ---
+#define ACLNN_RETURN_IF_ERROR(expr)               \
+  do {                                            \
+    const aclnnStatus status_ = (expr);           \
+    if (status_ != ACLNN_SUCCESS) return status_; \
+  } while (0)
+
+// V2: opImplMode in {0, 1}, checked before anything else.
+aclnnStatus check_op_impl_mode(const char* op, int64_t mode);
+// Each `required` tensor, then workspaceSize and executor: NULL -> 161001.
+aclnnStatus check_required(const char* op, std::initializer_list<TensorArg> required,
+                           const uint64_t* workspace_size, aclOpExecutor* const* executor);
 
 // --- executors ---
 using Problem = std::variant<core::ForwardProblem, core::BackwardProblem>;

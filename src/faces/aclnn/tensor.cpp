@@ -27,7 +27,10 @@ HandleRegistry<Tensor>& tensors() {
 
 std::string dims_string(const std::vector<int64_t>& dims) {
   std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(dims[i]);
+  }
   return s + "]";
 }
 
@@ -165,7 +168,7 @@ aclTensor* aclCreateTensor(const int64_t* viewDims, uint64_t viewDimsNum, aclDat
       t->strides.assign(viewDimsNum, 1);
       for (size_t i = viewDimsNum; i-- > 1;) t->strides[i - 1] = t->strides[i] * t->view_dims[i];
     }
-    t->has_storage = storageDims != nullptr;
+    t->has_storage = storageDims != nullptr && storageDimsNum > 0;
     if (t->has_storage) t->storage_dims.assign(storageDims, storageDims + storageDimsNum);
     t->dtype = dataType;
     t->format = format;

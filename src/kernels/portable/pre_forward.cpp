@@ -11,7 +11,7 @@ static float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
 void forward_tokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) {
   const core::ForwardProblem& p = *args.problem;
   const core::Dims& d = p.dims;
-  float* v = args.workspace + worker * args.plan->scratch_per_worker;  // [K] token as fp32
+  float* v = args.scratch(worker);                                    // [K] token as fp32
   float* u = v + plan::align16(d.K);                                        // [K] v * gamma
   float* m = u + plan::align16(d.K);                                        // [F] h_mix
   float* h_pre = m + plan::align16(d.F);                                    // [N]

@@ -1,0 +1,98 @@
+// aclOpExecutor: what the first phase of an aclnn operator hands to the second.
+// It holds a copy of the validated problem (plain data: pointers to the
+// caller's memory, dims, strides), so aclTensors may be destroyed before the
+// run. It runs once: the run phase takes it out of the registry and frees it,
+// so a second run finds no live handle and fails cleanly.
+#include <string>
+
+#include "faces/aclnn/face.hpp"
+#include "ops/operators.hpp"
+
+namespace mhc::aclnn {
+namespace {
+
+// The core wants a 64-byte aligned workspace; CANN programs may hand any
+// pointer (e.g. a slice of a pool), so we ask for this much more and align.
+constexpr uint64_t kAlignmentSlack = 64;
+
+struct Executor {
+  std::string run_op;  // the only run call that may take this executor
+  Problem problem;
+  size_t core_bytes = 0;     // what mhc::ops::run_* needs
+  uint64_t asked_bytes = 0;  // what the first phase reported
+};
+
+HandleRegistry<Executor>& executors() {
+  static HandleRegistry<Executor> registry;
+  return registry;
+}
+
+std::string not_live_message(const char* op) {
+  return std::string(op) + ": executor is not live: it has already run (an executor runs once), was destroyed, "
+                           "or was not made by a GetWorkspaceSize call";
+}
+
+}  // namespace
+
+aclnnStatus from_status(const char* op, const Status& status) {
+  if (status.ok()) return ACLNN_SUCCESS;
+  return fail(static_cast<aclnnStatus>(status.code()), std::string(op) + ": " + status.message());
+}
+
+aclnnStatus create_executor(const char* run_op, Problem problem, size_t core_workspace_bytes,
+                            uint64_t* workspace_size, aclOpExecutor** executor) {
+  auto e = std::make_shared<Executor>();
+  e->run_op = run_op;
+  e->problem = std::move(problem);
+  e->core_bytes = core_workspace_bytes;
+  e->asked_bytes = core_workspace_bytes == 0 ? 0 : core_workspace_bytes + kAlignmentSlack;
+  const uint64_t asked = e->asked_bytes;
+  *executor = as_handle<aclOpExecutor>(executors().add(std::move(e)));
+  *workspace_size = asked;
+  return ACLNN_SUCCESS;
+}
+
+aclnnStatus run_executor(const char* op, void* workspace, uint64_t workspace_size, aclOpExecutor* executor,
+                         aclrtStream stream) {
+  const std::string where = op;
+  if (executor == nullptr) return fail(ACLNN_ERR_PARAM_NULLPTR, where + ": executor is NULL");
+  std::shared_ptr<Executor> e = executors().find(handle_id(executor));
+  if (!e) return fail(ACLNN_ERR_PARAM_INVALID, not_live_message(op));
+  if (e->run_op != op)
+    return fail(ACLNN_ERR_PARAM_INVALID, where + ": executor belongs to " + e->run_op + ", not to " + op);
+  if (workspace == nullptr && workspace_size != 0)
+    return fail(ACLNN_ERR_PARAM_NULLPTR,
+                where + ": workspace is NULL with workspaceSize " + std::to_string(workspace_size));
+  if (workspace_size < e->asked_bytes)
+    return fail(ACLNN_ERR_PARAM_INVALID, where + ": workspaceSize " + std::to_string(workspace_size) +
+                                             " is smaller than the " + std::to_string(e->asked_bytes) +
+                                             " bytes GetWorkspaceSize asked for");
+  if (!stream_is_usable(stream))
+    return fail(ACLNN_ERR_PARAM_INVALID, where + ": stream is not live (destroyed or never created)");
+  // From here on the executor is consumed, whatever the run gives.
+  if (!executors().take(handle_id(executor))) return fail(ACLNN_ERR_PARAM_INVALID, not_live_message(op));
+
+  void* aligned = nullptr;
+  if (e->core_bytes > 0) {
+    const uintptr_t base = reinterpret_cast<uintptr_t>(workspace);
+    aligned = reinterpret_cast<void*>((base + kAlignmentSlack - 1) / kAlignmentSlack * kAlignmentSlack);
+  }
+  // The stream is synchronous: run now, on the calling thread and the pool.
+  const Status status =
+      std::holds_alternative<core::ForwardProblem>(e->problem)
+          ? ops::run_forward(std::get<core::ForwardProblem>(e->problem), aligned, e->core_bytes, 0)
+          : ops::run_backward(std::get<core::BackwardProblem>(e->problem), aligned, e->core_bytes, 0);
+  return from_status(op, status);
+}
+
+}  // namespace mhc::aclnn
+
+using namespace mhc::aclnn;
+
+extern "C" aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor* executor) {
+  if (executor == nullptr) return ACLNN_SUCCESS;
+  if (!executors().take(handle_id(executor)))
+    return fail(ACLNN_ERR_PARAM_INVALID, "aclDestroyAclOpExecutor: executor is not live: it has already run "
+                                         "(running frees it) or was destroyed");
+  return ACLNN_SUCCESS;
+}
