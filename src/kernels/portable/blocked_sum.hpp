@@ -4,15 +4,13 @@
 
 #include <cstdint>
 
+#include "kernels/common/token_math.hpp"
+
 namespace mhc::kernels::portable {
 
 inline constexpr int kLanes = 16;
 
-inline float fold_lanes(float (&acc)[kLanes]) {
-  for (int width = kLanes / 2; width >= 1; width /= 2)
-    for (int l = 0; l < width; ++l) acc[l] += acc[l + width];
-  return acc[0];
-}
+inline float fold_lanes(float (&acc)[kLanes]) { return fold16(acc); }
 
 // sum_i a[i] * b[i * b_stride]
 inline float dot(const float* a, const float* b, int64_t b_stride, int64_t n) {

@@ -12,7 +12,7 @@ int64_t forward_scratch_floats(const core::Dims& d) {  // v, u = v*gamma, m, h_p
   return 2 * plan::align16(d.K) + plan::align16(d.F) + plan::align16(d.N);
 }
 int64_t backward_scratch_floats(const core::Dims& d) {
-  const int64_t token_stats = plan::align16(d.K) + plan::align16(d.D);    // v, grad_h_in
+  const int64_t token_stats = plan::align16(d.K) + plan::align16(d.D) + plan::align16(d.N);  // v, grad_h_in, g_pre
   const int64_t columns = (d.F + 1) * plan::kColumnsPerItem;             // chunk sums
   return std::max(token_stats, columns);
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/common/token_math.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/portable/blocked_sum.hpp"
 
@@ -12,51 +13,16 @@ namespace mhc::kernels::portable {
 
 void backward_token_stats(const BackwardArgs& args, int64_t t0, int64_t t1, int worker) {
   const core::BackwardProblem& p = *args.problem;
-  const plan::BackwardPlan& plan = *args.plan;
   const core::Dims& d = p.dims;
-  float* v = args.scratch(worker);                                                  // [K]
-  float* grad_h_in = v + plan::align16(d.K);                                        // [D]
-  float* G_all = args.workspace + plan.off_G;
-  float* gz_all = args.workspace + plan.off_gz;
-  const float alpha[3] = {p.alpha.load(p.alpha.at(0, 0)), p.alpha.load(p.alpha.at(0, 1)),
-                          d.two_entry_alpha ? 0.0f : p.alpha.load(p.alpha.at(0, 2))};
-  const float hc_eps = float(p.hc_eps);
-
+  float* v = args.scratch(worker);                     // [K] token as fp32
+  float* grad_h_in = v + plan::align16(d.K);           // [D]
+  float* g_pre = grad_h_in + plan::align16(d.D);       // [N] dL/dh_pre
   for (int64_t t = t0; t < t1; ++t) {
     for (int64_t n = 0; n < d.N; ++n)
       for (int64_t j = 0; j < d.D; ++j) v[n * d.D + j] = p.x.load(p.x.at(t, n, j));
     for (int64_t j = 0; j < d.D; ++j) grad_h_in[j] = p.grad_h_in.load(p.grad_h_in.at(t, 0, j));
-    const float r = p.inv_rms.load(p.inv_rms.at(t, 0, 0));
-    float* gz = gz_all + t * d.F;
-    float* G = G_all + t * d.F;
-
-    for (int64_t n = 0; n < d.N; ++n) {
-      const float g_pre = dot(v + n * d.D, grad_h_in, 1, d.D);
-      const float s = p.h_pre.load(p.h_pre.at(t, 0, n)) - hc_eps;  // sigma(z_pre)
-      gz[n] = g_pre * s * (1.0f - s);
-      const float h_post = p.h_post.load(p.h_post.at(t, 0, n));
-      const float grad_post = p.grad_h_post.load(p.grad_h_post.at(t, 0, n));
-      if (d.two_entry_alpha) {
-        const float sg = (h_post - hc_eps) * 0.5f;
-        gz[d.N + n] = grad_post * (2.0f * sg * (1.0f - sg));
-      } else {
-        gz[d.N + n] = grad_post * h_post * (1.0f - h_post * 0.5f);
-      }
-    }
-    for (int64_t i = 0; i < d.R; ++i) gz[2 * d.N + i] = p.grad_h_res.load(p.grad_h_res.residual_at(t, i));
-
-    float g_r_acc[kLanes] = {}, alpha_terms[3] = {};
-    for (int64_t f = 0; f < d.F; ++f) {
-      const int branch = f < d.N ? 0 : f < 2 * d.N ? 1 : 2;
-      const float m = p.h_mix.load(p.h_mix.at(t, 0, f));
-      const float gw = alpha[branch] * gz[f];
-      G[f] = r * gw;
-      g_r_acc[f % kLanes] += gw * m;
-      alpha_terms[branch] += gz[f] * (r * m);
-    }
-    const float g_r = fold_lanes(g_r_acc);
-    args.workspace[plan.off_c + t] = -(r * r * r) * g_r / float(d.K);
-    std::memcpy(args.workspace + plan.off_alpha_terms + 3 * t, alpha_terms, sizeof alpha_terms);
+    for (int64_t n = 0; n < d.N; ++n) g_pre[n] = dot(v + n * d.D, grad_h_in, 1, d.D);
+    backward_token_finish(args, t, g_pre);
   }
 }
 
