@@ -1,11 +1,11 @@
 // The C++ face: validate, get a workspace, run. Nothing else.
-#include <cstdlib>
-#include <memory>
-#include <new>
+#include <algorithm>
+#include <string>
 
 #include "kernels/kernels.hpp"
 #include "mhc/mhc.hpp"
 #include "ops/operators.hpp"
+#include "runtime/workspace.hpp"
 
 namespace mhc {
 
@@ -36,23 +36,16 @@ int64_t TensorView::numel() const {
 
 namespace {
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-
-// Validated problem -> workspace -> run; an allocation failure is reported
-// before any output is written.
+// Validated problem -> workspace (the calling thread's, reused across calls) -> run;
+// an allocation failure is reported before any output is written.
 template <class Problem, class SizeFn, class RunFn>
 Status allocate_and_run(const Problem& problem, int threads, SizeFn size_of, RunFn run) {
   const size_t bytes = size_of(problem, threads);
-  std::unique_ptr<void, FreeDeleter> workspace;
-  if (bytes > 0) {
-    workspace.reset(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-    if (!workspace)
-      return {StatusCode::runtime_error, ErrorKind::runtime,
-              "workspace: could not allocate " + std::to_string(bytes) + " bytes"};
-  }
-  return run(problem, workspace.get(), bytes, threads);
+  void* workspace = bytes > 0 ? runtime::thread_workspace(bytes) : nullptr;
+  if (bytes > 0 && workspace == nullptr)
+    return {StatusCode::runtime_error, ErrorKind::runtime,
+            "workspace: could not allocate " + std::to_string(bytes) + " bytes"};
+  return run(problem, workspace, bytes, threads);
 }
 
 }  // namespace

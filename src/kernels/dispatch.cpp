@@ -1,6 +1,7 @@
 // Run-time choice of the kernel family, made once per process.
-// MHC_ISA forces one (for tests and benchmarks); an unknown or unsupported name
-// falls back to the best available, with a note on stderr.
+// MHC_ISA=avx512|avx2|portable|reference forces one (for tests and benchmarks);
+// a name this CPU or build cannot run falls back to the best available, with a
+// note on stderr.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -8,6 +9,14 @@
 #include "kernels/kernels.hpp"
 
 namespace mhc::kernels {
+
+#if !defined(MHC_WITH_SIMD)
+// Built without Highway (or not for x86-64): the portable kernels only.
+const char* simd_best_name() { return nullptr; }
+bool simd_force(const char*) { return false; }
+const Family* simd_family() { return nullptr; }
+#endif
+
 namespace {
 
 struct Selection {
@@ -15,7 +24,13 @@ struct Selection {
   const char* name = "portable";
 };
 
-Selection best_available() { return {portable_family(), "portable"}; }
+Selection best_available() {
+  if (const char* simd = simd_best_name()) {
+    simd_force(simd);  // pin the dispatch so the name reported is the path taken
+    return {simd_family(), simd};
+  }
+  return {portable_family(), "portable"};
+}
 
 Selection choose() {
   const char* env = std::getenv("MHC_ISA");
@@ -23,6 +38,7 @@ Selection choose() {
   const std::string want(env);
   if (want == "reference") return {nullptr, "reference"};
   if (want == "portable" || want == "scalar") return {portable_family(), "portable"};
+  if (simd_force(env)) return {simd_family(), want == "avx512" ? "avx512" : "avx2"};
   const Selection best = best_available();
   std::fprintf(stderr, "mhc: MHC_ISA=%s is not available here; using %s\n", env, best.name);
   return best;

@@ -25,6 +25,7 @@ struct BackwardArgs {
   float* scratch(int worker) const {
     return workspace + plan->off_scratch + worker * plan->scratch_per_worker;
   }
+  float* chunk_buffers() const { return workspace + plan->off_chunk; }
 };
 
 struct Family {
@@ -34,11 +35,20 @@ struct Family {
   int64_t (*backward_scratch_floats)(const core::Dims&);
   // Forward: every per-token output of tokens [t0, t1).
   void (*forward_tokens)(const ForwardArgs&, int64_t t0, int64_t t1, int worker);
-  // Backward phase 1: per-token G, c, gz and grad_alpha terms of tokens [t0, t1).
-  void (*backward_token_stats)(const BackwardArgs&, int64_t t0, int64_t t1, int worker);
+  // Floats of the buffers shared by the workers for one chunk of tokens (may be 0).
+  int64_t (*backward_chunk_floats)(const core::Dims&);
+  // Backward phase 1: per-token G, c, gz and grad_alpha terms of tokens [t0, t1)
+  // (which lie in the chunk starting at chunk0).
+  void (*backward_token_stats)(const BackwardArgs&, int64_t chunk0, int64_t t0, int64_t t1, int worker);
   // Backward phase 2, for the chunk of tokens [t0, t1) and the columns (n, d0..d1):
-  // grad_x, and the chunk's sums of G v^T and v*gu added into the running totals.
+  // the chunk's sums of G v^T and v*gu added into the running totals, and grad_x
+  // unless the family has phase 3.
   void (*backward_columns)(const BackwardArgs&, int64_t t0, int64_t t1, const plan::ColumnItem&, int worker);
+  // Backward phase 3 (nullptr: none): grad_x of tokens [t0, t1) of the chunk at chunk0, row by row.
+  void (*backward_rows)(const BackwardArgs&, int64_t chunk0, int64_t t0, int64_t t1, int worker);
+  // Layouts the family takes (nullptr: all); others run on the portable family.
+  bool (*supports_forward)(const core::ForwardProblem&);
+  bool (*supports_backward)(const core::BackwardProblem&);
 };
 
 // Shared by every family (cheap, scalar): grad_phi and grad_gamma of a column
@@ -55,6 +65,9 @@ const char* selected_name();
 
 // Families compiled into this build.
 const Family* portable_family();
+const Family* simd_family();
+const char* simd_best_name();         // "avx512", "avx2", or nullptr when no SIMD target runs here
+bool simd_force(const char* name);    // restrict the SIMD family to one target; false if not usable
 
 }  // namespace mhc::kernels
 

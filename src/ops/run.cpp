@@ -31,18 +31,27 @@ Status workspace_error(size_t needed, size_t given, const void* workspace) {
 
 }  // namespace
 
-const kernels::Family& family() { return *kernels::selected_family(); }
+// The selected family, or the portable one for layouts the selected one does not take.
+const kernels::Family& family_for(const core::ForwardProblem& p) {
+  const kernels::Family* f = kernels::selected_family();
+  return f->supports_forward && !f->supports_forward(p) ? *kernels::portable_family() : *f;
+}
+const kernels::Family& family_for(const core::BackwardProblem& p) {
+  const kernels::Family* f = kernels::selected_family();
+  return f->supports_backward && !f->supports_backward(p) ? *kernels::portable_family() : *f;
+}
 
 size_t forward_workspace_bytes(const core::ForwardProblem& problem, int num_threads) {
   if (kernels::reference_selected()) return 0;
   return plan::plan_forward(problem, resolve_threads(num_threads),
-                            family().forward_scratch_floats(problem.dims)).workspace_bytes;
+                            family_for(problem).forward_scratch_floats(problem.dims)).workspace_bytes;
 }
 
 size_t backward_workspace_bytes(const core::BackwardProblem& problem, int num_threads) {
   if (kernels::reference_selected()) return 0;
-  return plan::plan_backward(problem, resolve_threads(num_threads),
-                             family().backward_scratch_floats(problem.dims)).workspace_bytes;
+  const kernels::Family& kernels = family_for(problem);
+  return plan::plan_backward(problem, resolve_threads(num_threads), kernels.backward_scratch_floats(problem.dims),
+                             kernels.backward_chunk_floats(problem.dims)).workspace_bytes;
 }
 
 Status run_forward(const core::ForwardProblem& problem, void* workspace, size_t workspace_bytes,
@@ -51,7 +60,7 @@ Status run_forward(const core::ForwardProblem& problem, void* workspace, size_t 
     reference::pre_forward(problem);
     return {};
   }
-  const kernels::Family& kernels = family();
+  const kernels::Family& kernels = family_for(problem);
   const plan::ForwardPlan plan = plan::plan_forward(problem, resolve_threads(num_threads),
                                                     kernels.forward_scratch_floats(problem.dims));
   if (Status s = workspace_error(plan.workspace_bytes, workspace_bytes, workspace); !s.ok()) return s;
@@ -65,17 +74,20 @@ Status run_forward(const core::ForwardProblem& problem, void* workspace, size_t 
 }
 
 // Backward: for each chunk of tokens, phase 1 (per-token statistics, tokens
-// split over the workers), a barrier, phase 2 (column items split over the
-// workers), a barrier. The chunk's x stays in cache between the two phases.
+// split over the workers), phase 2 (column items split over the workers) and,
+// for families that have it, phase 3 (grad_x row by row, tokens split over the
+// workers), with a barrier after each. The chunk's data stays in cache between
+// the phases; which worker does what never changes a result.
 Status run_backward(const core::BackwardProblem& problem, void* workspace, size_t workspace_bytes,
                     int num_threads) {
   if (kernels::reference_selected()) {
     reference::pre_backward(problem);
     return {};
   }
-  const kernels::Family& kernels = family();
-  const plan::BackwardPlan plan = plan::plan_backward(problem, resolve_threads(num_threads),
-                                                      kernels.backward_scratch_floats(problem.dims));
+  const kernels::Family& kernels = family_for(problem);
+  const plan::BackwardPlan plan =
+      plan::plan_backward(problem, resolve_threads(num_threads), kernels.backward_scratch_floats(problem.dims),
+                          kernels.backward_chunk_floats(problem.dims));
   if (Status s = workspace_error(plan.workspace_bytes, workspace_bytes, workspace); !s.ok()) return s;
   const kernels::BackwardArgs args{&problem, &plan, static_cast<float*>(workspace)};
   const core::Dims& d = problem.dims;
@@ -91,12 +103,16 @@ Status run_backward(const core::BackwardProblem& problem, void* workspace, size_
       const int64_t c0 = chunk * plan::kTokensPerChunk, c1 = std::min(d.T, c0 + plan::kTokensPerChunk);
       int64_t t0, t1;
       share(c1 - c0, &t0, &t1);
-      if (t1 > t0) kernels.backward_token_stats(args, c0 + t0, c0 + t1, worker);
+      if (t1 > t0) kernels.backward_token_stats(args, c0, c0 + t0, c0 + t1, worker);
       barrier.arrive_and_wait();
       int64_t i0, i1;
       share(plan.column_items, &i0, &i1);
       for (int64_t i = i0; i < i1; ++i) kernels.backward_columns(args, c0, c1, plan.column_item(i, d.D), worker);
       barrier.arrive_and_wait();
+      if (kernels.backward_rows) {
+        if (t1 > t0) kernels.backward_rows(args, c0, c0 + t0, c0 + t1, worker);
+        barrier.arrive_and_wait();
+      }
     }
     int64_t i0, i1;
     share(plan.column_items, &i0, &i1);

@@ -13,7 +13,8 @@ ForwardPlan plan_forward(const core::ForwardProblem& p, int threads, int64_t scr
   return plan;
 }
 
-BackwardPlan plan_backward(const core::BackwardProblem& p, int threads, int64_t scratch_floats) {
+BackwardPlan plan_backward(const core::BackwardProblem& p, int threads, int64_t scratch_floats,
+                           int64_t chunk_floats) {
   const core::Dims& d = p.dims;
   BackwardPlan plan;
   plan.chunks = ceil_div(d.T, kTokensPerChunk);
@@ -25,6 +26,7 @@ BackwardPlan plan_backward(const core::BackwardProblem& p, int threads, int64_t 
   int64_t at = 0;
   auto region = [&](int64_t floats) { const int64_t o = at; at += align16(floats); return o; };
   plan.off_scratch = region(plan.threads * plan.scratch_per_worker);
+  plan.off_chunk = region(chunk_floats);
   plan.off_G = region(d.T * d.F);
   plan.off_c = region(d.T);
   plan.off_gz = region(d.T * d.F);

@@ -44,6 +44,7 @@ struct BackwardPlan {
   int64_t scratch_per_worker = 0;     // floats, asked of the kernel family
   // offsets (floats) into the workspace
   int64_t off_scratch = 0;            // threads * scratch_per_worker
+  int64_t off_chunk = 0;              // buffers the workers share for one chunk
   int64_t off_G = 0;                  // [T, F]   dL/dm per token
   int64_t off_c = 0;                  // [T]      coefficient of the inv_rms term per token
   int64_t off_gz = 0;                 // [T, F]   dL/dz per token (for grad_bias)
@@ -59,6 +60,7 @@ struct BackwardPlan {
 };
 
 ForwardPlan plan_forward(const core::ForwardProblem& problem, int threads, int64_t scratch_floats);
-BackwardPlan plan_backward(const core::BackwardProblem& problem, int threads, int64_t scratch_floats);
+BackwardPlan plan_backward(const core::BackwardProblem& problem, int threads, int64_t scratch_floats,
+                           int64_t chunk_floats);
 
 }  // namespace mhc::plan

@@ -5,7 +5,7 @@
 namespace mhc::kernels {
 namespace portable {
 void forward_tokens(const ForwardArgs&, int64_t, int64_t, int);
-void backward_token_stats(const BackwardArgs&, int64_t, int64_t, int);
+void backward_token_stats(const BackwardArgs&, int64_t, int64_t, int64_t, int);
 void backward_columns(const BackwardArgs&, int64_t, int64_t, const plan::ColumnItem&, int);
 
 int64_t forward_scratch_floats(const core::Dims& d) {  // v, u = v*gamma, m, h_pre
@@ -19,9 +19,16 @@ int64_t backward_scratch_floats(const core::Dims& d) {
 }  // namespace portable
 
 const Family* portable_family() {
-  static const Family family = {"portable", portable::forward_scratch_floats,
-                                portable::backward_scratch_floats, portable::forward_tokens,
-                                portable::backward_token_stats, portable::backward_columns};
+  static const Family family = {"portable",
+                                portable::forward_scratch_floats,
+                                portable::backward_scratch_floats,
+                                portable::forward_tokens,
+                                [](const core::Dims&) -> int64_t { return 0; },
+                                portable::backward_token_stats,
+                                portable::backward_columns,
+                                nullptr,
+                                nullptr,
+                                nullptr};
   return &family;
 }
 

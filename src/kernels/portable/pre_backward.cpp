@@ -11,7 +11,7 @@
 
 namespace mhc::kernels::portable {
 
-void backward_token_stats(const BackwardArgs& args, int64_t t0, int64_t t1, int worker) {
+void backward_token_stats(const BackwardArgs& args, int64_t, int64_t t0, int64_t t1, int worker) {
   const core::BackwardProblem& p = *args.problem;
   const core::Dims& d = p.dims;
   float* v = args.scratch(worker);                     // [K] token as fp32

@@ -1,0 +1,247 @@
+// SIMD MhcPreBackward (SPEC §3) for one Highway target, compiled for each by
+// foreach_target. Per chunk of tokens:
+//  1. rows:    each token's x and grad_h_in are read once, in order: g_pre as
+//              lane sums, then the shared scalar step; x is kept as fp32 in
+//              strip-major tiles v_tiles[strip][token][lane], so that
+//  2. columns: per strip (one vector of columns) and block of kBlockRows rows of
+//              phi, the block's phi vectors and its chunk sums of G v^T stay in
+//              registers while the chunk's tokens stream through contiguous tiles;
+//              gu = phi^T G accumulates into gu_tiles, and the chunk's sums of
+//              v*gu are formed here too;
+//  3. rows:    grad_x of each token, written in order from the tiles.
+// The tiles are shared by the workers; which worker does what never changes a bit.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/simd/pre_backward.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <algorithm>
+
+#include "hwy/highway.h"
+#include "kernels/common/token_math.hpp"
+#include "kernels/kernels.hpp"
+#include "kernels/simd/simd.hpp"
+#include "kernels/simd/vec-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace mhc::kernels::simd::HWY_NAMESPACE {
+
+// Rows of phi per register block: 2*rows + 4 vector registers (32 on AVX-512, 16 on AVX2).
+constexpr int kBlockRows = HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 ? 6 : 12;
+
+struct Tiles {
+  int64_t L, strips_per_stream;
+  float* v;   // [strips][kTokensPerChunk][L]
+  float* gu;  // [strips][kTokensPerChunk][L]
+  float* at(float* base, int64_t strip, int64_t token_in_chunk) const {
+    return base + (strip * plan::kTokensPerChunk + token_in_chunk) * L;
+  }
+};
+
+static Tiles TilesOf(const BackwardArgs& args) {
+  const core::Dims& d = args.problem->dims;
+  const int64_t L = hn::Lanes(DF()), strips = d.N * plan::ceil_div(d.D, L);
+  float* base = args.chunk_buffers();
+  return {L, plan::ceil_div(d.D, L), base, base + strips * plan::kTokensPerChunk * L};
+}
+
+int64_t BackwardChunkFloats(const core::Dims& d) {
+  const int64_t L = hn::Lanes(DF());
+  return 2 * d.N * plan::ceil_div(d.D, L) * plan::kTokensPerChunk * L;
+}
+
+int64_t BackwardScratchFloats(const core::Dims& d) {
+  return kBlockRows * hn::Lanes(DF()) + plan::align16(d.N);  // zero-padded phi block; g_pre
+}
+
+void BackwardTokenStats(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t t1, int worker) {
+  const core::BackwardProblem& p = *args.problem;
+  const core::Dims& d = p.dims;
+  const DF df;
+  const Tiles tiles = TilesOf(args);
+  const int64_t L = tiles.L;
+  float* g_pre = args.scratch(worker) + kBlockRows * L;
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t gh_at = p.grad_h_in.at(t, 0, 0);
+    for (int64_t n = 0; n < d.N; ++n) {
+      const int64_t x_at = p.x.at(t, n, 0);
+      VF lanes = hn::Zero(df);
+      for (int64_t j = 0, s = n * tiles.strips_per_stream; j < d.D; j += L, ++s) {
+        const int64_t width = std::min(L, d.D - j);
+        const VF v = width == L ? LoadAs(df, p.x.data, p.x.dtype, x_at + j)
+                                : LoadPartialAs(df, p.x.data, p.x.dtype, x_at + j, width);
+        const VF grad_h_in = width == L ? LoadAs(df, p.grad_h_in.data, p.grad_h_in.dtype, gh_at + j)
+                                        : LoadPartialAs(df, p.grad_h_in.data, p.grad_h_in.dtype, gh_at + j, width);
+        lanes = hn::MulAdd(v, grad_h_in, lanes);
+        hn::Store(v, df, tiles.at(tiles.v, s, t - chunk0));
+      }
+      g_pre[n] = FoldLanes(df, lanes);
+    }
+    backward_token_finish(args, t, g_pre);
+  }
+}
+
+// One strip, rows [f0, f0+R), the chunk's `tokens` tokens: chunk sums of G v^T
+// added to the totals (only the strip's `width` real columns), gu accumulated.
+template <int R>
+HWY_INLINE void StripBlock(const float* G_chunk, int64_t F, int64_t tokens, int64_t f0,
+                           const float* const* phi_rows, const float* v_tile, float* gu_tile, bool first_block,
+                           int64_t width, float* totals, int64_t total_stride) {
+  const DF df;
+  const int64_t L = hn::Lanes(df);
+  VF w[R], sums[R];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    w[r] = hn::LoadU(df, phi_rows[r]);
+    sums[r] = hn::Zero(df);
+  }
+  for (int64_t t = 0; t < tokens; ++t) {
+    const VF v = hn::Load(df, v_tile + t * L);
+    const float* G = G_chunk + t * F + f0;
+    VF gu_even = first_block ? hn::Zero(df) : hn::Load(df, gu_tile + t * L), gu_odd = hn::Zero(df);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const VF g = hn::Set(df, G[r]);
+      sums[r] = hn::MulAdd(g, v, sums[r]);
+      if (r % 2 == 0) gu_even = hn::MulAdd(g, w[r], gu_even);
+      else gu_odd = hn::MulAdd(g, w[r], gu_odd);
+    }
+    hn::Store(hn::Add(gu_even, gu_odd), df, gu_tile + t * L);
+  }
+  for (int r = 0; r < R; ++r) {
+    float* total = totals + (f0 + r) * total_stride;
+    if (width == L) {
+      hn::StoreU(hn::Add(hn::LoadU(df, total), sums[r]), df, total);
+    } else {
+      HWY_ALIGN float lanes[hn::MaxLanes(df)];
+      hn::Store(sums[r], df, lanes);
+      for (int64_t i = 0; i < width; ++i) total[i] += lanes[i];
+    }
+  }
+}
+
+static void RunStripBlock(int rows, const float* G_chunk, int64_t F, int64_t tokens, int64_t f0,
+                          const float* const* phi_rows, const float* v_tile, float* gu_tile, bool first,
+                          int64_t width, float* totals, int64_t total_stride) {
+#define MHC_STRIP_CASE(R)                                                                      \
+  case R:                                                                                      \
+    return StripBlock<R>(G_chunk, F, tokens, f0, phi_rows, v_tile, gu_tile, first, width, totals, \
+                         total_stride);
+  switch (rows) {
+    MHC_STRIP_CASE(1) MHC_STRIP_CASE(2) MHC_STRIP_CASE(3) MHC_STRIP_CASE(4) MHC_STRIP_CASE(5)
+    MHC_STRIP_CASE(6) MHC_STRIP_CASE(7) MHC_STRIP_CASE(8) MHC_STRIP_CASE(9) MHC_STRIP_CASE(10)
+    MHC_STRIP_CASE(11)
+    default:
+      return StripBlock<kBlockRows>(G_chunk, F, tokens, f0, phi_rows, v_tile, gu_tile, first, width, totals,
+                                    total_stride);
+  }
+#undef MHC_STRIP_CASE
+}
+
+void BackwardColumns(const BackwardArgs& args, int64_t t0, int64_t t1, const plan::ColumnItem& item,
+                     int worker) {
+  const core::BackwardProblem& p = *args.problem;
+  const plan::BackwardPlan& plan = *args.plan;
+  const core::Dims& d = p.dims;
+  const DF df;
+  const Tiles tiles = TilesOf(args);
+  const int64_t L = tiles.L, tokens = t1 - t0;
+  float* phi_padded = args.scratch(worker);  // [kBlockRows][L]
+  const float* G_chunk = args.workspace + plan.off_G + t0 * d.F;
+  float* phi_total = args.workspace + plan.off_phi_total;
+  float* gamma_total = args.workspace + plan.off_gamma_total;
+  const float* phi = static_cast<const float*>(p.phi.data);
+
+  for (int64_t j = item.d0; j < item.d1; j += L) {
+    const int64_t width = std::min(L, item.d1 - j), k = item.n * d.D + j;
+    const int64_t strip = item.n * tiles.strips_per_stream + j / L;
+    float* v_tile = tiles.at(tiles.v, strip, 0);
+    float* gu_tile = tiles.at(tiles.gu, strip, 0);
+    for (int64_t f0 = 0; f0 < d.F; f0 += kBlockRows) {
+      const int rows = int(std::min<int64_t>(kBlockRows, d.F - f0));
+      const float* phi_rows[kBlockRows];
+      for (int r = 0; r < rows; ++r) {
+        phi_rows[r] = phi + (f0 + r) * p.phi.stride[2] + k;
+        if (width < L) {  // copy the real columns, zero the rest
+          std::fill_n(phi_padded + r * L, L, 0.0f);
+          std::copy(phi_rows[r], phi_rows[r] + width, phi_padded + r * L);
+          phi_rows[r] = phi_padded + r * L;
+        }
+      }
+      RunStripBlock(rows, G_chunk, d.F, tokens, f0, phi_rows, v_tile, gu_tile, f0 == 0, width, phi_total + k,
+                    d.K);
+    }
+    VF gamma_sum = hn::Zero(df);  // the chunk's sum of v * gu
+    for (int64_t t = 0; t < tokens; ++t)
+      gamma_sum = hn::MulAdd(hn::Load(df, v_tile + t * L), hn::Load(df, gu_tile + t * L), gamma_sum);
+    HWY_ALIGN float lanes[hn::MaxLanes(df)];
+    hn::Store(gamma_sum, df, lanes);
+    for (int64_t i = 0; i < width; ++i) gamma_total[k + i] += lanes[i];
+  }
+}
+
+// grad_x = h_pre[n] grad_h_in + gamma gu + c v + grad_x_post, token by token.
+void BackwardRows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t t1, int) {
+  const core::BackwardProblem& p = *args.problem;
+  const core::Dims& d = p.dims;
+  const DF df;
+  const Tiles tiles = TilesOf(args);
+  const int64_t L = tiles.L;
+  const float* c_all = args.workspace + args.plan->off_c;
+  for (int64_t t = t0; t < t1; ++t) {
+    const VF c = hn::Set(df, c_all[t]);
+    const int64_t gh_at = p.grad_h_in.at(t, 0, 0);
+    for (int64_t n = 0; n < d.N; ++n) {
+      const VF h_pre = hn::Set(df, p.h_pre.load(p.h_pre.at(t, 0, n)));
+      const int64_t out_at = p.grad_x.at(t, n, 0);
+      const int64_t post_at = p.grad_x_post.present() ? p.grad_x_post.at(t, n, 0) : 0;
+      const int64_t gamma_at = p.gamma.present() ? p.gamma.at(n, 0) : 0;
+      for (int64_t j = 0, s = n * tiles.strips_per_stream; j < d.D; j += L, ++s) {
+        const int64_t width = std::min(L, d.D - j);
+        const bool full = width == L;
+        const VF v = hn::Load(df, tiles.at(tiles.v, s, t - chunk0));
+        const VF gu = hn::Load(df, tiles.at(tiles.gu, s, t - chunk0));
+        const VF grad_h_in = full ? LoadAs(df, p.grad_h_in.data, p.grad_h_in.dtype, gh_at + j)
+                                  : LoadPartialAs(df, p.grad_h_in.data, p.grad_h_in.dtype, gh_at + j, width);
+        VF gx = hn::Mul(h_pre, grad_h_in);
+        if (p.gamma.present()) {
+          const VF gamma = full ? LoadAs(df, p.gamma.data, DType::fp32, gamma_at + j)
+                                : LoadPartialAs(df, p.gamma.data, DType::fp32, gamma_at + j, width);
+          gx = hn::MulAdd(gamma, gu, gx);
+        } else {
+          gx = hn::Add(gx, gu);
+        }
+        gx = hn::MulAdd(c, v, gx);
+        if (p.grad_x_post.present())
+          gx = hn::Add(gx, full ? LoadAs(df, p.grad_x_post.data, p.grad_x_post.dtype, post_at + j)
+                                : LoadPartialAs(df, p.grad_x_post.data, p.grad_x_post.dtype, post_at + j, width));
+        if (full) StoreAs(df, gx, p.grad_x.data, p.grad_x.dtype, out_at + j);
+        else StorePartialAs(df, gx, p.grad_x.data, p.grad_x.dtype, out_at + j, width);
+      }
+    }
+  }
+}
+
+}  // namespace mhc::kernels::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace mhc::kernels::simd {
+HWY_EXPORT(BackwardChunkFloats);
+HWY_EXPORT(BackwardScratchFloats);
+HWY_EXPORT(BackwardTokenStats);
+HWY_EXPORT(BackwardColumns);
+HWY_EXPORT(BackwardRows);
+int64_t backward_chunk_floats(const core::Dims& d) { return HWY_DYNAMIC_DISPATCH(BackwardChunkFloats)(d); }
+int64_t backward_scratch_floats(const core::Dims& d) { return HWY_DYNAMIC_DISPATCH(BackwardScratchFloats)(d); }
+void backward_token_stats(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t t1, int worker) {
+  HWY_DYNAMIC_DISPATCH(BackwardTokenStats)(args, chunk0, t0, t1, worker);
+}
+void backward_columns(const BackwardArgs& args, int64_t t0, int64_t t1, const plan::ColumnItem& item,
+                      int worker) {
+  HWY_DYNAMIC_DISPATCH(BackwardColumns)(args, t0, t1, item, worker);
+}
+void backward_rows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t t1, int worker) {
+  HWY_DYNAMIC_DISPATCH(BackwardRows)(args, chunk0, t0, t1, worker);
+}
+}  // namespace mhc::kernels::simd
+#endif

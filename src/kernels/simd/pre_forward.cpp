@@ -1,0 +1,226 @@
+// SIMD MhcPre (SPEC §2) for one Highway target, compiled for each by foreach_target.
+//
+// A work item is up to kTokensPerItem tokens. The item's m = phi.u is a small
+// GEMM [tokens x K] . [K x F] done in passes of at most kRowsPerPass rows of phi
+// and chunks of kChunkColumns columns: each chunk of u (cast to fp32, times gamma)
+// is formed once per pass and stays in cache while every micro-tile of
+// kTileTokens tokens x kTileRows rows runs over it, register-blocked. Lane
+// partial sums live in the scratch between chunks and are folded once at the end,
+// so a token's bits depend on K and its own data only (batch invariance).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/simd/pre_forward.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <algorithm>
+
+#include "hwy/highway.h"
+#include "kernels/common/token_math.hpp"
+#include "kernels/kernels.hpp"
+#include "kernels/simd/simd.hpp"
+#include "kernels/simd/vec-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace mhc::kernels::simd::HWY_NAMESPACE {
+
+// Register blocking: accumulators kTileTokens x kTileRows, plus the u vectors and one phi row.
+constexpr int kTileTokens = HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 ? 2 : 4;
+constexpr int kTileRows = 6;
+
+struct ForwardScratch {
+  float* u;        // [kTokensPerItem][kChunkColumns] u = v*gamma of one chunk
+  float* acc;      // [kTokensPerItem][rows][L] lane sums of m for the pass's rows
+  float* sum_sq;   // [kTokensPerItem][L] lane sums of v^2, then [kTokensPerItem] tails
+  float* phi_tail; // [rows][L] the last, partial, column vector of phi, zero-padded
+  float* m;        // [kTokensPerItem][F]
+  float* h_pre;    // [N]
+};
+
+int64_t ForwardScratchFloats(const core::Dims& d) {
+  const int64_t L = hn::Lanes(DF()), tokens = plan::kTokensPerItem;
+  const int64_t rows = std::min<int64_t>(d.F, kRowsPerPass);
+  return tokens * kChunkColumns + tokens * rows * L + tokens * (L + 1) + rows * L + tokens * d.F + d.N +
+         6 * 16;  // alignment slack
+}
+
+static ForwardScratch LayOutForwardScratch(float* base, const core::Dims& d) {
+  const int64_t L = hn::Lanes(DF()), tokens = plan::kTokensPerItem;
+  const int64_t rows = std::min<int64_t>(d.F, kRowsPerPass);
+  ForwardScratch s;
+  float* at = base;
+  auto take = [&](int64_t floats) { float* p = at; at += plan::align16(floats); return p; };
+  s.u = take(tokens * kChunkColumns);
+  s.acc = take(tokens * rows * L);
+  s.sum_sq = take(tokens * (L + 1));
+  s.phi_tail = take(rows * L);
+  s.m = take(tokens * d.F);
+  s.h_pre = take(d.N);
+  return s;
+}
+
+// u[t][k - k0] = v * gamma for the columns [k0, k1) of token t (zeros up to k_end,
+// the padded end); on the first pass also the sum of v^2.
+static void CastChunk(const core::ForwardProblem& p, int64_t t, int64_t k0, int64_t k1, int64_t k_end,
+                      float* u_row, float* sq_lanes, float* sq_tail, bool with_sum_sq) {
+  const DF df;
+  const int64_t L = hn::Lanes(df), D = p.dims.D;
+  VF sq = hn::Load(df, sq_lanes);
+  float tail = *sq_tail;
+  for (int64_t k = k0; k < k1;) {
+    const int64_t n = k / D, j0 = k % D, j1 = std::min(D, j0 + (k1 - k));  // one stream's piece
+    const int64_t x_at = p.x.at(t, n, 0), gamma_at = p.gamma.present() ? p.gamma.at(n, 0) : 0;
+    int64_t j = j0;
+    for (; j + L <= j1; j += L) {
+      const VF v = LoadAs(df, p.x.data, p.x.dtype, x_at + j);
+      if (with_sum_sq) sq = hn::MulAdd(v, v, sq);
+      const VF u = p.gamma.present() ? hn::Mul(v, hn::LoadU(df, static_cast<const float*>(p.gamma.data) + gamma_at + j)) : v;
+      hn::StoreU(u, df, u_row + (n * D + j - k0));
+    }
+    for (; j < j1; ++j) {
+      const float v = p.x.load(x_at + j);
+      if (with_sum_sq) tail += v * v;
+      u_row[n * D + j - k0] = p.gamma.present() ? v * p.gamma.load(gamma_at + j) : v;
+    }
+    k = n * D + j1;
+  }
+  for (int64_t k = k1; k < k_end; ++k) u_row[k - k0] = 0.0f;
+  hn::Store(sq, df, sq_lanes);
+  *sq_tail = tail;
+}
+
+// acc[t][f] += u[t] . phi[f] over `vectors` column vectors, for a tile of TT tokens x TR rows.
+template <int TT, int TR>
+HWY_INLINE void Tile(const float* const* u_rows, const float* const* phi_rows, int64_t vectors,
+                     float* const* acc_rows) {
+  const DF df;
+  const int64_t L = hn::Lanes(df);
+  VF acc[TT][TR];
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+    for (int f = 0; f < TR; ++f) acc[t][f] = hn::Load(df, acc_rows[t] + f * L);
+  for (int64_t i = 0; i < vectors; ++i) {
+    VF u[TT];
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; ++t) u[t] = hn::Load(df, u_rows[t] + i * L);
+#pragma GCC unroll 8
+    for (int f = 0; f < TR; ++f) {
+      const VF w = hn::LoadU(df, phi_rows[f] + i * L);
+#pragma GCC unroll 8
+      for (int t = 0; t < TT; ++t) acc[t][f] = hn::MulAdd(u[t], w, acc[t][f]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+    for (int f = 0; f < TR; ++f) hn::Store(acc[t][f], df, acc_rows[t] + f * L);
+}
+
+template <int TT>
+HWY_INLINE void TileRows(int rows, const float* const* u, const float* const* phi, int64_t vectors,
+                         float* const* acc) {
+  switch (rows) {
+    case 1: return Tile<TT, 1>(u, phi, vectors, acc);
+    case 2: return Tile<TT, 2>(u, phi, vectors, acc);
+    case 3: return Tile<TT, 3>(u, phi, vectors, acc);
+    case 4: return Tile<TT, 4>(u, phi, vectors, acc);
+    case 5: return Tile<TT, 5>(u, phi, vectors, acc);
+    default: return Tile<TT, kTileRows>(u, phi, vectors, acc);
+  }
+}
+
+static void RunTile(int tokens, int rows, const float* const* u, const float* const* phi, int64_t vectors,
+                    float* const* acc) {
+  static_assert(kTileTokens == 2 || kTileTokens == 4, "tile dispatch covers 1..4 tokens");
+  switch (tokens) {
+    case 1: return TileRows<1>(rows, u, phi, vectors, acc);
+    case 2: return TileRows<2>(rows, u, phi, vectors, acc);
+    case 3: return TileRows<3>(rows, u, phi, vectors, acc);
+    default: return TileRows<4>(rows, u, phi, vectors, acc);
+  }
+}
+
+void ForwardTokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) {
+  const core::ForwardProblem& p = *args.problem;
+  const core::Dims& d = p.dims;
+  const DF df;
+  const int64_t L = hn::Lanes(df), tokens = t1 - t0;
+  const int64_t K_full = d.K / L * L, K_pad = plan::ceil_div(d.K, L) * L;
+  const ForwardScratch s = LayOutForwardScratch(args.scratch(worker), d);
+  const float* phi = static_cast<const float*>(p.phi.data);
+  std::fill_n(s.sum_sq, tokens * (L + 1), 0.0f);
+
+  for (int64_t f0 = 0; f0 < d.F; f0 += kRowsPerPass) {  // passes over rows of phi
+    const int64_t rows = std::min<int64_t>(kRowsPerPass, d.F - f0);
+    std::fill_n(s.acc, tokens * rows * L, 0.0f);
+    if (K_full < d.K) {  // the partial last column vector, zero-padded
+      std::fill_n(s.phi_tail, rows * L, 0.0f);
+      for (int64_t f = 0; f < rows; ++f)
+        std::copy(phi + (f0 + f) * p.phi.stride[2] + K_full, phi + (f0 + f) * p.phi.stride[2] + d.K,
+                  s.phi_tail + f * L);
+    }
+    for (int64_t k0 = 0; k0 < K_pad; k0 += kChunkColumns) {
+      const int64_t k_end = std::min(K_pad, k0 + kChunkColumns), k1 = std::min(d.K, k_end);
+      for (int64_t t = 0; t < tokens; ++t)
+        CastChunk(p, t0 + t, k0, k1, k_end, s.u + t * kChunkColumns, s.sum_sq + t * L,
+                  s.sum_sq + tokens * L + t, f0 == 0);
+      const int64_t full_end = std::min(k_end, K_full);  // columns read straight from phi
+      for (int64_t tt = 0; tt < tokens; tt += kTileTokens) {
+        const int tile_tokens = int(std::min<int64_t>(kTileTokens, tokens - tt));
+        for (int64_t fr = 0; fr < rows; fr += kTileRows) {
+          const int tile_rows = int(std::min<int64_t>(kTileRows, rows - fr));
+          const float* u[4];
+          float* acc[4];
+          const float* w[kTileRows];
+          for (int t = 0; t < tile_tokens; ++t) {
+            u[t] = s.u + (tt + t) * kChunkColumns;
+            acc[t] = s.acc + ((tt + t) * rows + fr) * L;
+          }
+          if (full_end > k0) {
+            for (int f = 0; f < tile_rows; ++f) w[f] = phi + (f0 + fr + f) * p.phi.stride[2] + k0;
+            RunTile(tile_tokens, tile_rows, u, w, (full_end - k0) / L, acc);
+          }
+          if (k_end > full_end && full_end >= k0) {  // the padded tail vector
+            for (int t = 0; t < tile_tokens; ++t) u[t] += full_end - k0;
+            for (int f = 0; f < tile_rows; ++f) w[f] = s.phi_tail + (fr + f) * L;
+            RunTile(tile_tokens, tile_rows, u, w, 1, acc);
+          }
+        }
+      }
+    }
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t f = 0; f < rows; ++f)
+        s.m[t * d.F + f0 + f] = FoldLanes(df, hn::Load(df, s.acc + (t * rows + f) * L));
+  }
+
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float sum_sq = FoldLanes(df, hn::Load(df, s.sum_sq + t * L)) + s.sum_sq[tokens * L + t];
+    forward_token_finish(p, t0 + t, sum_sq, s.m + t * d.F, s.h_pre);
+    for (int64_t j = 0; j < d.D; j += L) {  // h_in = sum_n h_pre[n] v[n], n ascending
+      const int64_t count = std::min(L, d.D - j);
+      VF acc = hn::Zero(df);
+      for (int64_t n = 0; n < d.N; ++n) {
+        const int64_t at = p.x.at(t0 + t, n, j);
+        const VF v = count == L ? LoadAs(df, p.x.data, p.x.dtype, at)
+                                : LoadPartialAs(df, p.x.data, p.x.dtype, at, count);
+        acc = hn::MulAdd(hn::Set(df, s.h_pre[n]), v, acc);
+      }
+      const int64_t out_at = p.h_in.at(t0 + t, 0, j);
+      if (count == L) StoreAs(df, acc, p.h_in.data, p.h_in.dtype, out_at);
+      else StorePartialAs(df, acc, p.h_in.data, p.h_in.dtype, out_at, count);
+    }
+  }
+}
+
+}  // namespace mhc::kernels::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace mhc::kernels::simd {
+HWY_EXPORT(ForwardScratchFloats);
+HWY_EXPORT(ForwardTokens);
+int64_t forward_scratch_floats(const core::Dims& d) { return HWY_DYNAMIC_DISPATCH(ForwardScratchFloats)(d); }
+void forward_tokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) {
+  HWY_DYNAMIC_DISPATCH(ForwardTokens)(args, t0, t1, worker);
+}
+}  // namespace mhc::kernels::simd
+#endif

@@ -1,0 +1,23 @@
+// The SIMD kernel family (Highway, run-time dispatch over AVX-512 and AVX2).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernels.hpp"
+
+namespace mhc::kernels::simd {
+
+// Rows of phi per pass of the forward GEMM, and columns per chunk of u.
+inline constexpr int64_t kRowsPerPass = 80;
+inline constexpr int64_t kChunkColumns = 512;
+
+int64_t forward_scratch_floats(const core::Dims& d);
+void forward_tokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker);
+int64_t backward_scratch_floats(const core::Dims& d);
+int64_t backward_chunk_floats(const core::Dims& d);
+void backward_token_stats(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t t1, int worker);
+void backward_columns(const BackwardArgs& args, int64_t t0, int64_t t1, const plan::ColumnItem& item,
+                      int worker);
+void backward_rows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t t1, int worker);
+
+}  // namespace mhc::kernels::simd

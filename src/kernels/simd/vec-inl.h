@@ -1,0 +1,102 @@
+// Vector helpers for the SIMD kernels (compiled once per target by Highway's
+// foreach_target): loads of bf16/fp16/fp32 as fp32 vectors, stores that round
+// to nearest-even, and a lane fold with a fixed order.
+// bf16 rounding is done with integer ops: Debian's Highway 1.0.3 truncates in
+// DemoteTo(bf16), and SPEC §2 asks for nearest-even.
+
+// Per-target include guard (Highway's idiom).
+#if defined(MHC_KERNELS_SIMD_VEC_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef MHC_KERNELS_SIMD_VEC_INL_H_
+#undef MHC_KERNELS_SIMD_VEC_INL_H_
+#else
+#define MHC_KERNELS_SIMD_VEC_INL_H_
+#endif
+
+#include <cstdint>
+
+#include "hwy/highway.h"
+#include "kernels/common/token_math.hpp"
+#include "mhc/mhc.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace mhc::kernels::simd::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+HWY_INLINE VF LoadBF16(DF df, const uint16_t* p) {
+  const hn::Rebind<uint16_t, DF> du16;
+  const hn::RebindToUnsigned<DF> du32;
+  return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du32, hn::LoadU(du16, p))));
+}
+
+HWY_INLINE VF LoadF16(DF df, const uint16_t* p) {
+  const hn::Rebind<hwy::float16_t, DF> df16;
+  return hn::PromoteTo(df, hn::LoadU(df16, reinterpret_cast<const hwy::float16_t*>(p)));
+}
+
+// Lanes(df) elements of `type` at element offset `offset` of `base`, as fp32.
+HWY_INLINE VF LoadAs(DF df, const void* base, DType type, int64_t offset) {
+  switch (type) {
+    case DType::bf16: return LoadBF16(df, static_cast<const uint16_t*>(base) + offset);
+    case DType::fp16: return LoadF16(df, static_cast<const uint16_t*>(base) + offset);
+    case DType::fp32: break;
+  }
+  return hn::LoadU(df, static_cast<const float*>(base) + offset);
+}
+
+HWY_INLINE void StoreBF16(DF df, VF v, uint16_t* p) {
+  const hn::RebindToUnsigned<DF> du32;
+  const hn::RebindToSigned<DF> di32;
+  const hn::Rebind<uint16_t, DF> du16;
+  const auto bits = hn::BitCast(du32, v);
+  const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du32, 1u));
+  const auto rounded = hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(du32, 0x7fffu), lsb)));
+  const auto magnitude = hn::BitCast(di32, hn::And(bits, hn::Set(du32, 0x7fffffffu)));
+  const auto is_nan = hn::Gt(magnitude, hn::Set(di32, 0x7f800000));
+  const auto quiet_nan = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du32, 0x40u));
+  const auto high = hn::IfThenElse(hn::RebindMask(du32, is_nan), quiet_nan, rounded);
+  hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di32, high)), du16, p);
+}
+
+HWY_INLINE void StoreF16(DF df, VF v, uint16_t* p) {
+  const hn::Rebind<hwy::float16_t, DF> df16;
+  hn::StoreU(hn::DemoteTo(df16, v), df16, reinterpret_cast<hwy::float16_t*>(p));
+}
+
+HWY_INLINE void StoreAs(DF df, VF v, void* base, DType type, int64_t offset) {
+  switch (type) {
+    case DType::bf16: return StoreBF16(df, v, static_cast<uint16_t*>(base) + offset);
+    case DType::fp16: return StoreF16(df, v, static_cast<uint16_t*>(base) + offset);
+    case DType::fp32: break;
+  }
+  hn::StoreU(v, df, static_cast<float*>(base) + offset);
+}
+
+// The first `count` (< Lanes) elements, the rest zero: through a small buffer so
+// nothing past the tensor's end is read.
+HWY_INLINE VF LoadPartialAs(DF df, const void* base, DType type, int64_t offset, int64_t count) {
+  HWY_ALIGN float buffer[hn::MaxLanes(df)] = {};
+  for (int64_t i = 0; i < count; ++i) buffer[i] = core::load_element(base, type, offset + i);
+  return hn::Load(df, buffer);
+}
+
+HWY_INLINE void StorePartialAs(DF df, VF v, void* base, DType type, int64_t offset, int64_t count) {
+  HWY_ALIGN float buffer[hn::MaxLanes(df)];
+  hn::Store(v, df, buffer);
+  for (int64_t i = 0; i < count; ++i) core::store_element(base, type, offset + i, buffer[i]);
+}
+
+// Sum of the lanes, folded by the same fixed tree as the portable kernels.
+HWY_INLINE float FoldLanes(DF df, VF v) {
+  HWY_ALIGN float lanes[16] = {};
+  static_assert(hn::MaxLanes(DF()) <= 16, "lane fold assumes at most 16 fp32 lanes");
+  hn::Store(v, df, lanes);
+  return fold16(lanes);
+}
+
+}  // namespace mhc::kernels::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard
