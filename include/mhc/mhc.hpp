@@ -3,7 +3,7 @@
 // The C++ face. Tensors are non-owning views (pointer, dtype, shape, strides in
 // elements). Functions return a Status; on any error no output is written and
 // the message names the tensor, what was expected and what was given.
-// The formulas, shapes and rules are those of SPEC.md (shipped as docs/SPEC.md).
+// The formulas, shapes and rules are those of docs/SPEC.md.
 #pragma once
 
 #include <array>

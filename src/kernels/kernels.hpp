@@ -46,9 +46,6 @@ struct Family {
   void (*backward_columns)(const BackwardArgs&, int64_t t0, int64_t t1, const plan::ColumnItem&, int worker);
   // Backward phase 3 (nullptr: none): grad_x of tokens [t0, t1) of the chunk at chunk0, row by row.
   void (*backward_rows)(const BackwardArgs&, int64_t chunk0, int64_t t0, int64_t t1, int worker);
-  // Layouts the family takes (nullptr: all); others run on the portable family.
-  bool (*supports_forward)(const core::ForwardProblem&);
-  bool (*supports_backward)(const core::BackwardProblem&);
 };
 
 // Shared by every family (cheap, scalar): grad_phi and grad_gamma of a column

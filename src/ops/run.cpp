@@ -31,25 +31,17 @@ Status workspace_error(size_t needed, size_t given, const void* workspace) {
 
 }  // namespace
 
-// The selected family, or the portable one for layouts the selected one does not take.
-const kernels::Family& family_for(const core::ForwardProblem& p) {
-  const kernels::Family* f = kernels::selected_family();
-  return f->supports_forward && !f->supports_forward(p) ? *kernels::portable_family() : *f;
-}
-const kernels::Family& family_for(const core::BackwardProblem& p) {
-  const kernels::Family* f = kernels::selected_family();
-  return f->supports_backward && !f->supports_backward(p) ? *kernels::portable_family() : *f;
-}
+const kernels::Family& family() { return *kernels::selected_family(); }
 
 size_t forward_workspace_bytes(const core::ForwardProblem& problem, int num_threads) {
   if (kernels::reference_selected()) return 0;
   return plan::plan_forward(problem, resolve_threads(num_threads),
-                            family_for(problem).forward_scratch_floats(problem.dims)).workspace_bytes;
+                            family().forward_scratch_floats(problem.dims)).workspace_bytes;
 }
 
 size_t backward_workspace_bytes(const core::BackwardProblem& problem, int num_threads) {
   if (kernels::reference_selected()) return 0;
-  const kernels::Family& kernels = family_for(problem);
+  const kernels::Family& kernels = family();
   return plan::plan_backward(problem, resolve_threads(num_threads), kernels.backward_scratch_floats(problem.dims),
                              kernels.backward_chunk_floats(problem.dims)).workspace_bytes;
 }
@@ -60,7 +52,7 @@ Status run_forward(const core::ForwardProblem& problem, void* workspace, size_t 
     reference::pre_forward(problem);
     return {};
   }
-  const kernels::Family& kernels = family_for(problem);
+  const kernels::Family& kernels = family();
   const plan::ForwardPlan plan = plan::plan_forward(problem, resolve_threads(num_threads),
                                                     kernels.forward_scratch_floats(problem.dims));
   if (Status s = workspace_error(plan.workspace_bytes, workspace_bytes, workspace); !s.ok()) return s;
@@ -84,7 +76,7 @@ Status run_backward(const core::BackwardProblem& problem, void* workspace, size_
     reference::pre_backward(problem);
     return {};
   }
-  const kernels::Family& kernels = family_for(problem);
+  const kernels::Family& kernels = family();
   const plan::BackwardPlan plan =
       plan::plan_backward(problem, resolve_threads(num_threads), kernels.backward_scratch_floats(problem.dims),
                           kernels.backward_chunk_floats(problem.dims));

@@ -3,7 +3,9 @@
 // caller's memory, dims, strides), so aclTensors may be destroyed before the
 // run. It runs once: the run phase takes it out of the registry and frees it,
 // so a second run finds no live handle and fails cleanly.
+#include <cctype>
 #include <string>
+#include <utility>
 
 #include "faces/aclnn/face.hpp"
 #include "ops/operators.hpp"
@@ -32,11 +34,37 @@ std::string not_live_message(const char* op) {
                            "or was not made by a GetWorkspaceSize call";
 }
 
+// The operator layer names tensors and scalars as the C++ API does (h_in);
+// a CANN program knows them by CANN's parameter names (hIn).
+std::string with_cann_names(const std::string& message) {
+  static const std::pair<const char*, const char*> kNames[] = {
+      {"h_in", "hIn"}, {"h_post", "hPost"}, {"h_res", "hRes"}, {"inv_rms", "invRms"}, {"h_mix", "hMix"},
+      {"h_pre", "hPre"}, {"grad_h_in", "gradHIn"}, {"grad_h_post", "gradHPost"}, {"grad_h_res", "gradHRes"},
+      {"grad_x_post", "gradXPost"}, {"grad_x", "gradX"}, {"grad_phi", "gradPhi"}, {"grad_alpha", "gradAlpha"},
+      {"grad_bias", "gradBias"}, {"grad_gamma", "gradGamma"}, {"norm_eps", "normEps"}, {"hc_eps", "hcEps"}};
+  auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  std::string out;
+  for (size_t i = 0; i < message.size();) {
+    if (!is_word(message[i])) {
+      out += message[i++];
+      continue;
+    }
+    size_t end = i;
+    while (end < message.size() && is_word(message[end])) ++end;
+    std::string word = message.substr(i, end - i);
+    for (const auto& [snake, camel] : kNames)
+      if (word == snake) word = camel;
+    out += word;
+    i = end;
+  }
+  return out;
+}
+
 }  // namespace
 
 aclnnStatus from_status(const char* op, const Status& status) {
   if (status.ok()) return ACLNN_SUCCESS;
-  return fail(static_cast<aclnnStatus>(status.code()), std::string(op) + ": " + status.message());
+  return fail(static_cast<aclnnStatus>(status.code()), std::string(op) + ": " + with_cann_names(status.message()));
 }
 
 aclnnStatus create_executor(const char* run_op, Problem problem, size_t core_workspace_bytes,

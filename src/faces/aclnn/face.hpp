@@ -107,7 +107,7 @@ using Problem = std::variant<core::ForwardProblem, core::BackwardProblem>;
 
 // Registers an executor holding a copy of the validated problem (no reference
 // to any aclTensor) and reports the workspace the run phase needs.
-aclnnStatus create_executor(const char* op, Problem problem, size_t core_workspace_bytes,
+aclnnStatus create_executor(const char* run_op, Problem problem, size_t core_workspace_bytes,
                             uint64_t* workspace_size, aclOpExecutor** executor);
 // The run phase of `op`: checks the executor (live, made by `op`'s first
 // phase), the workspace and the stream; then runs synchronously and frees the

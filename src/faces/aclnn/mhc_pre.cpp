@@ -29,13 +29,13 @@ aclnnStatus forward_workspace(const char* op, const char* run_op, const aclTenso
   ACLNN_RETURN_IF_ERROR(to_view(op, {"phi", phi}, &in.phi));
   ACLNN_RETURN_IF_ERROR(to_view(op, {"alpha", alpha}, &in.alpha));
   ACLNN_RETURN_IF_ERROR(to_view(op, {"bias", bias}, &in.bias));
-  ACLNN_RETURN_IF_ERROR(to_optional_view(op, {"gammaOptional", gamma}, &in.gamma));
+  ACLNN_RETURN_IF_ERROR(to_optional_view(op, {"gamma", gamma}, &in.gamma));
   ACLNN_RETURN_IF_ERROR(to_view(op, {"hIn", h_in}, &out.h_in));
   ACLNN_RETURN_IF_ERROR(to_view(op, {"hPost", h_post}, &out.h_post));
   ACLNN_RETURN_IF_ERROR(to_optional_view(op, {"hRes", h_res}, &out.h_res));
-  ACLNN_RETURN_IF_ERROR(to_optional_view(op, {"invRmsOptional", inv_rms}, &out.inv_rms));
-  ACLNN_RETURN_IF_ERROR(to_optional_view(op, {"hMixOptional", h_mix}, &out.h_mix));
-  ACLNN_RETURN_IF_ERROR(to_optional_view(op, {"hPreOptional", h_pre}, &out.h_pre));
+  ACLNN_RETURN_IF_ERROR(to_optional_view(op, {"invRms", inv_rms}, &out.inv_rms));
+  ACLNN_RETURN_IF_ERROR(to_optional_view(op, {"hMix", h_mix}, &out.h_mix));
+  ACLNN_RETURN_IF_ERROR(to_optional_view(op, {"hPre", h_pre}, &out.h_pre));
 
   Options options;
   options.norm_eps = norm_eps;

@@ -30,7 +30,7 @@ aclnnStatus backward_workspace(const char* op, const char* run_op, const Backwar
        {"gradPhi", a.grad_phi}, {"gradAlpha", a.grad_alpha}, {"gradBias", a.grad_bias}},
       a.workspace_size, a.executor));
   if (a.gamma != nullptr && a.grad_gamma == nullptr)
-    return fail(ACLNN_ERR_PARAM_NULLPTR, std::string(op) + ": gradGamma is NULL (required when gammaOptional is given)");
+    return fail(ACLNN_ERR_PARAM_NULLPTR, std::string(op) + ": gradGamma is NULL (required when gamma is given)");
 
   PreBackwardInputs in;
   PreBackwardOutputs out;
@@ -45,8 +45,8 @@ aclnnStatus backward_workspace(const char* op, const char* run_op, const Backwar
   ACLNN_RETURN_IF_ERROR(to_view(op, {"hMix", a.h_mix}, &in.h_mix));
   ACLNN_RETURN_IF_ERROR(to_view(op, {"hPre", a.h_pre}, &in.h_pre));
   ACLNN_RETURN_IF_ERROR(to_view(op, {"hPost", a.h_post}, &in.h_post));
-  ACLNN_RETURN_IF_ERROR(to_optional_view(op, {"gammaOptional", a.gamma}, &in.gamma));
-  ACLNN_RETURN_IF_ERROR(to_optional_view(op, {"gradXPostOptional", a.grad_x_post}, &in.grad_x_post));
+  ACLNN_RETURN_IF_ERROR(to_optional_view(op, {"gamma", a.gamma}, &in.gamma));
+  ACLNN_RETURN_IF_ERROR(to_optional_view(op, {"gradXPost", a.grad_x_post}, &in.grad_x_post));
   ACLNN_RETURN_IF_ERROR(to_view(op, {"gradX", a.grad_x}, &out.grad_x));
   ACLNN_RETURN_IF_ERROR(to_view(op, {"gradPhi", a.grad_phi}, &out.grad_phi));
   ACLNN_RETURN_IF_ERROR(to_view(op, {"gradAlpha", a.grad_alpha}, &out.grad_alpha));

@@ -60,8 +60,13 @@ aclError allocate(const char* call, void** ptr, size_t size) {
   void* p = std::aligned_alloc(64, (size + 63) / 64 * 64);
   if (p == nullptr)
     return fail(ACL_ERROR_BAD_ALLOC, std::string(call) + ": could not allocate " + std::to_string(size) + " bytes");
-  std::lock_guard<std::mutex> lock(allocations_mutex);
-  allocations().emplace(p, size);
+  try {
+    std::lock_guard<std::mutex> lock(allocations_mutex);
+    allocations().emplace(p, size);
+  } catch (const std::exception&) {
+    std::free(p);
+    return fail(ACL_ERROR_BAD_ALLOC, std::string(call) + ": out of host memory");
+  }
   *ptr = p;
   return ACL_SUCCESS;
 }
@@ -105,6 +110,16 @@ aclError check_stream(const char* call, aclrtStream stream) {
   if (!stream_is_usable(stream))
     return fail(ACL_ERROR_INVALID_PARAM, std::string(call) + ": not a live stream (destroyed or never created)");
   return ACL_SUCCESS;
+}
+
+// Runtime calls that allocate bookkeeping: no exception crosses the C boundary.
+template <class Body>
+aclError no_throw(const char* call, Body body) {
+  try {
+    return body();
+  } catch (const std::exception&) {
+    return fail(ACL_ERROR_BAD_ALLOC, std::string(call) + ": out of host memory");
+  }
 }
 
 }  // namespace
@@ -172,10 +187,12 @@ aclError aclrtSynchronizeDevice(void) { return ACL_SUCCESS; }
 aclError aclrtCreateContext(aclrtContext* context, int32_t deviceId) {
   if (context == nullptr) return fail(ACL_ERROR_INVALID_PARAM, "aclrtCreateContext: context is NULL");
   if (aclError e = check_device("aclrtCreateContext", deviceId); e != ACL_SUCCESS) return e;
-  const uintptr_t id = contexts().add(std::make_shared<Context>());
-  current_context = id;  // CANN makes a new context current on the calling thread
-  *context = as_handle<void>(id);
-  return ACL_SUCCESS;
+  return no_throw("aclrtCreateContext", [&] {
+    const uintptr_t id = contexts().add(std::make_shared<Context>());
+    current_context = id;  // CANN makes a new context current on the calling thread
+    *context = as_handle<void>(id);
+    return ACL_SUCCESS;
+  });
 }
 
 aclError aclrtDestroyContext(aclrtContext context) {
@@ -202,8 +219,10 @@ aclError aclrtGetCurrentContext(aclrtContext* context) {
 
 aclError aclrtCreateStream(aclrtStream* stream) {
   if (stream == nullptr) return fail(ACL_ERROR_INVALID_PARAM, "aclrtCreateStream: stream is NULL");
-  *stream = as_handle<void>(streams().add(std::make_shared<Stream>()));
-  return ACL_SUCCESS;
+  return no_throw("aclrtCreateStream", [&] {
+    *stream = as_handle<void>(streams().add(std::make_shared<Stream>()));
+    return ACL_SUCCESS;
+  });
 }
 
 aclError aclrtDestroyStream(aclrtStream stream) {

@@ -26,8 +26,6 @@ const Family* portable_family() {
                                 [](const core::Dims&) -> int64_t { return 0; },
                                 portable::backward_token_stats,
                                 portable::backward_columns,
-                                nullptr,
-                                nullptr,
                                 nullptr};
   return &family;
 }

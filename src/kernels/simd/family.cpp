@@ -10,22 +10,6 @@
 namespace mhc::kernels {
 namespace {
 
-// Kernels need the innermost dim of each streamed tensor to be unit-stride (or of
-// extent 1); other layouts go to the portable family.
-bool inner_contiguous(const core::Strided& s) {
-  return !s.present() || s.shape[3] <= 1 || s.stride[3] == 1;
-}
-
-bool simd_supports_forward(const core::ForwardProblem& p) {
-  return inner_contiguous(p.x) && inner_contiguous(p.phi) && inner_contiguous(p.gamma) &&
-         inner_contiguous(p.h_in);
-}
-
-bool simd_supports_backward(const core::BackwardProblem& p) {
-  return inner_contiguous(p.x) && inner_contiguous(p.phi) && inner_contiguous(p.gamma) &&
-         inner_contiguous(p.grad_h_in) && inner_contiguous(p.grad_x) && inner_contiguous(p.grad_x_post);
-}
-
 int64_t target_of(const char* name) {
   const std::string want(name);
   if (want == "avx512") return HWY_AVX3;
@@ -63,9 +47,7 @@ const Family* simd_family() {
                                 simd::backward_chunk_floats,
                                 simd::backward_token_stats,
                                 simd::backward_columns,
-                                simd::backward_rows,
-                                simd_supports_forward,
-                                simd_supports_backward};
+                                simd::backward_rows};
   return &family;
 }
 

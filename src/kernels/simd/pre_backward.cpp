@@ -60,6 +60,7 @@ void BackwardTokenStats(const BackwardArgs& args, int64_t chunk0, int64_t t0, in
   const Tiles tiles = TilesOf(args);
   const int64_t L = tiles.L;
   float* g_pre = args.scratch(worker) + kBlockRows * L;
+  const int64_t xs = p.x.stride[3], ghs = p.grad_h_in.stride[3];
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t gh_at = p.grad_h_in.at(t, 0, 0);
     for (int64_t n = 0; n < d.N; ++n) {
@@ -67,10 +68,8 @@ void BackwardTokenStats(const BackwardArgs& args, int64_t chunk0, int64_t t0, in
       VF lanes = hn::Zero(df);
       for (int64_t j = 0, s = n * tiles.strips_per_stream; j < d.D; j += L, ++s) {
         const int64_t width = std::min(L, d.D - j);
-        const VF v = width == L ? LoadAs(df, p.x.data, p.x.dtype, x_at + j)
-                                : LoadPartialAs(df, p.x.data, p.x.dtype, x_at + j, width);
-        const VF grad_h_in = width == L ? LoadAs(df, p.grad_h_in.data, p.grad_h_in.dtype, gh_at + j)
-                                        : LoadPartialAs(df, p.grad_h_in.data, p.grad_h_in.dtype, gh_at + j, width);
+        const VF v = LoadRow(df, p.x.data, p.x.dtype, x_at + j * xs, xs, width);
+        const VF grad_h_in = LoadRow(df, p.grad_h_in.data, p.grad_h_in.dtype, gh_at + j * ghs, ghs, width);
         lanes = hn::MulAdd(v, grad_h_in, lanes);
         hn::Store(v, df, tiles.at(tiles.v, s, t - chunk0));
       }
@@ -150,6 +149,7 @@ void BackwardColumns(const BackwardArgs& args, int64_t t0, int64_t t1, const pla
   float* phi_total = args.workspace + plan.off_phi_total;
   float* gamma_total = args.workspace + plan.off_gamma_total;
   const float* phi = static_cast<const float*>(p.phi.data);
+  const int64_t phi_cs = p.phi.stride[3];  // column stride of phi
 
   for (int64_t j = item.d0; j < item.d1; j += L) {
     const int64_t width = std::min(L, item.d1 - j), k = item.n * d.D + j;
@@ -160,10 +160,10 @@ void BackwardColumns(const BackwardArgs& args, int64_t t0, int64_t t1, const pla
       const int rows = int(std::min<int64_t>(kBlockRows, d.F - f0));
       const float* phi_rows[kBlockRows];
       for (int r = 0; r < rows; ++r) {
-        phi_rows[r] = phi + (f0 + r) * p.phi.stride[2] + k;
-        if (width < L) {  // copy the real columns, zero the rest
+        phi_rows[r] = phi + (f0 + r) * p.phi.stride[2] + k * phi_cs;
+        if (width < L || phi_cs != 1) {  // copy the real columns, zero the rest
           std::fill_n(phi_padded + r * L, L, 0.0f);
-          std::copy(phi_rows[r], phi_rows[r] + width, phi_padded + r * L);
+          for (int64_t i = 0; i < width; ++i) phi_padded[r * L + i] = phi[(f0 + r) * p.phi.stride[2] + (k + i) * phi_cs];
           phi_rows[r] = phi_padded + r * L;
         }
       }
@@ -187,6 +187,8 @@ void BackwardRows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t 
   const Tiles tiles = TilesOf(args);
   const int64_t L = tiles.L;
   const float* c_all = args.workspace + args.plan->off_c;
+  const int64_t ghs = p.grad_h_in.stride[3], gs = p.gamma.stride[3];
+  const int64_t posts = p.grad_x_post.stride[3], outs = p.grad_x.stride[3];
   for (int64_t t = t0; t < t1; ++t) {
     const VF c = hn::Set(df, c_all[t]);
     const int64_t gh_at = p.grad_h_in.at(t, 0, 0);
@@ -197,25 +199,17 @@ void BackwardRows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t 
       const int64_t gamma_at = p.gamma.present() ? p.gamma.at(n, 0) : 0;
       for (int64_t j = 0, s = n * tiles.strips_per_stream; j < d.D; j += L, ++s) {
         const int64_t width = std::min(L, d.D - j);
-        const bool full = width == L;
         const VF v = hn::Load(df, tiles.at(tiles.v, s, t - chunk0));
         const VF gu = hn::Load(df, tiles.at(tiles.gu, s, t - chunk0));
-        const VF grad_h_in = full ? LoadAs(df, p.grad_h_in.data, p.grad_h_in.dtype, gh_at + j)
-                                  : LoadPartialAs(df, p.grad_h_in.data, p.grad_h_in.dtype, gh_at + j, width);
-        VF gx = hn::Mul(h_pre, grad_h_in);
-        if (p.gamma.present()) {
-          const VF gamma = full ? LoadAs(df, p.gamma.data, DType::fp32, gamma_at + j)
-                                : LoadPartialAs(df, p.gamma.data, DType::fp32, gamma_at + j, width);
-          gx = hn::MulAdd(gamma, gu, gx);
-        } else {
+        VF gx = hn::Mul(h_pre, LoadRow(df, p.grad_h_in.data, p.grad_h_in.dtype, gh_at + j * ghs, ghs, width));
+        if (p.gamma.present())
+          gx = hn::MulAdd(LoadRow(df, p.gamma.data, DType::fp32, gamma_at + j * gs, gs, width), gu, gx);
+        else
           gx = hn::Add(gx, gu);
-        }
         gx = hn::MulAdd(c, v, gx);
         if (p.grad_x_post.present())
-          gx = hn::Add(gx, full ? LoadAs(df, p.grad_x_post.data, p.grad_x_post.dtype, post_at + j)
-                                : LoadPartialAs(df, p.grad_x_post.data, p.grad_x_post.dtype, post_at + j, width));
-        if (full) StoreAs(df, gx, p.grad_x.data, p.grad_x.dtype, out_at + j);
-        else StorePartialAs(df, gx, p.grad_x.data, p.grad_x.dtype, out_at + j, width);
+          gx = hn::Add(gx, LoadRow(df, p.grad_x_post.data, p.grad_x_post.dtype, post_at + j * posts, posts, width));
+        StoreRow(df, gx, p.grad_x.data, p.grad_x.dtype, out_at + j * outs, outs, width);
       }
     }
   }

@@ -31,6 +31,7 @@ struct ForwardScratch {
   float* acc;      // [kTokensPerItem][rows][L] lane sums of m for the pass's rows
   float* sum_sq;   // [kTokensPerItem][L] lane sums of v^2, then [kTokensPerItem] tails
   float* phi_tail; // [rows][L] the last, partial, column vector of phi, zero-padded
+  float* phi_chunk; // [rows][kChunkColumns] phi's chunk, when its columns are not unit-stride
   float* m;        // [kTokensPerItem][F]
   float* h_pre;    // [N]
 };
@@ -38,8 +39,8 @@ struct ForwardScratch {
 int64_t ForwardScratchFloats(const core::Dims& d) {
   const int64_t L = hn::Lanes(DF()), tokens = plan::kTokensPerItem;
   const int64_t rows = std::min<int64_t>(d.F, kRowsPerPass);
-  return tokens * kChunkColumns + tokens * rows * L + tokens * (L + 1) + rows * L + tokens * d.F + d.N +
-         6 * 16;  // alignment slack
+  return tokens * kChunkColumns + tokens * rows * L + tokens * (L + 1) + rows * L + rows * kChunkColumns +
+         tokens * d.F + d.N + 7 * 16;  // alignment slack
 }
 
 static ForwardScratch LayOutForwardScratch(float* base, const core::Dims& d) {
@@ -52,6 +53,7 @@ static ForwardScratch LayOutForwardScratch(float* base, const core::Dims& d) {
   s.acc = take(tokens * rows * L);
   s.sum_sq = take(tokens * (L + 1));
   s.phi_tail = take(rows * L);
+  s.phi_chunk = take(rows * kChunkColumns);
   s.m = take(tokens * d.F);
   s.h_pre = take(d.N);
   return s;
@@ -63,6 +65,7 @@ static void CastChunk(const core::ForwardProblem& p, int64_t t, int64_t k0, int6
                       float* u_row, float* sq_lanes, float* sq_tail, bool with_sum_sq) {
   const DF df;
   const int64_t L = hn::Lanes(df), D = p.dims.D;
+  const int64_t xs = p.x.stride[3], gs = p.gamma.stride[3];
   VF sq = hn::Load(df, sq_lanes);
   float tail = *sq_tail;
   for (int64_t k = k0; k < k1;) {
@@ -70,15 +73,15 @@ static void CastChunk(const core::ForwardProblem& p, int64_t t, int64_t k0, int6
     const int64_t x_at = p.x.at(t, n, 0), gamma_at = p.gamma.present() ? p.gamma.at(n, 0) : 0;
     int64_t j = j0;
     for (; j + L <= j1; j += L) {
-      const VF v = LoadAs(df, p.x.data, p.x.dtype, x_at + j);
+      const VF v = LoadRow(df, p.x.data, p.x.dtype, x_at + j * xs, xs, L);
       if (with_sum_sq) sq = hn::MulAdd(v, v, sq);
-      const VF u = p.gamma.present() ? hn::Mul(v, hn::LoadU(df, static_cast<const float*>(p.gamma.data) + gamma_at + j)) : v;
+      const VF u = p.gamma.present() ? hn::Mul(v, LoadRow(df, p.gamma.data, DType::fp32, gamma_at + j * gs, gs, L)) : v;
       hn::StoreU(u, df, u_row + (n * D + j - k0));
     }
     for (; j < j1; ++j) {
-      const float v = p.x.load(x_at + j);
+      const float v = p.x.load(x_at + j * xs);
       if (with_sum_sq) tail += v * v;
-      u_row[n * D + j - k0] = p.gamma.present() ? v * p.gamma.load(gamma_at + j) : v;
+      u_row[n * D + j - k0] = p.gamma.present() ? v * p.gamma.load(gamma_at + j * gs) : v;
     }
     k = n * D + j1;
   }
@@ -147,6 +150,8 @@ void ForwardTokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) 
   const int64_t K_full = d.K / L * L, K_pad = plan::ceil_div(d.K, L) * L;
   const ForwardScratch s = LayOutForwardScratch(args.scratch(worker), d);
   const float* phi = static_cast<const float*>(p.phi.data);
+  const int64_t phi_cs = p.phi.stride[3];  // column stride of phi
+  auto phi_at = [&](int64_t f, int64_t k) { return phi[f * p.phi.stride[2] + k * phi_cs]; };
   std::fill_n(s.sum_sq, tokens * (L + 1), 0.0f);
 
   for (int64_t f0 = 0; f0 < d.F; f0 += kRowsPerPass) {  // passes over rows of phi
@@ -155,15 +160,17 @@ void ForwardTokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) 
     if (K_full < d.K) {  // the partial last column vector, zero-padded
       std::fill_n(s.phi_tail, rows * L, 0.0f);
       for (int64_t f = 0; f < rows; ++f)
-        std::copy(phi + (f0 + f) * p.phi.stride[2] + K_full, phi + (f0 + f) * p.phi.stride[2] + d.K,
-                  s.phi_tail + f * L);
+        for (int64_t k = K_full; k < d.K; ++k) s.phi_tail[f * L + k - K_full] = phi_at(f0 + f, k);
     }
     for (int64_t k0 = 0; k0 < K_pad; k0 += kChunkColumns) {
       const int64_t k_end = std::min(K_pad, k0 + kChunkColumns), k1 = std::min(d.K, k_end);
       for (int64_t t = 0; t < tokens; ++t)
         CastChunk(p, t0 + t, k0, k1, k_end, s.u + t * kChunkColumns, s.sum_sq + t * L,
                   s.sum_sq + tokens * L + t, f0 == 0);
-      const int64_t full_end = std::min(k_end, K_full);  // columns read straight from phi
+      const int64_t full_end = std::min(k_end, K_full);  // columns read from phi (or its copy)
+      if (phi_cs != 1)
+        for (int64_t f = 0; f < rows; ++f)
+          for (int64_t k = k0; k < full_end; ++k) s.phi_chunk[f * kChunkColumns + k - k0] = phi_at(f0 + f, k);
       for (int64_t tt = 0; tt < tokens; tt += kTileTokens) {
         const int tile_tokens = int(std::min<int64_t>(kTileTokens, tokens - tt));
         for (int64_t fr = 0; fr < rows; fr += kTileRows) {
@@ -176,7 +183,9 @@ void ForwardTokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) 
             acc[t] = s.acc + ((tt + t) * rows + fr) * L;
           }
           if (full_end > k0) {
-            for (int f = 0; f < tile_rows; ++f) w[f] = phi + (f0 + fr + f) * p.phi.stride[2] + k0;
+            for (int f = 0; f < tile_rows; ++f)
+              w[f] = phi_cs == 1 ? phi + (f0 + fr + f) * p.phi.stride[2] + k0
+                                 : s.phi_chunk + (fr + f) * kChunkColumns;
             RunTile(tile_tokens, tile_rows, u, w, (full_end - k0) / L, acc);
           }
           if (k_end > full_end && full_end >= k0) {  // the padded tail vector
@@ -199,14 +208,10 @@ void ForwardTokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) 
       const int64_t count = std::min(L, d.D - j);
       VF acc = hn::Zero(df);
       for (int64_t n = 0; n < d.N; ++n) {
-        const int64_t at = p.x.at(t0 + t, n, j);
-        const VF v = count == L ? LoadAs(df, p.x.data, p.x.dtype, at)
-                                : LoadPartialAs(df, p.x.data, p.x.dtype, at, count);
+        const VF v = LoadRow(df, p.x.data, p.x.dtype, p.x.at(t0 + t, n, j), p.x.stride[3], count);
         acc = hn::MulAdd(hn::Set(df, s.h_pre[n]), v, acc);
       }
-      const int64_t out_at = p.h_in.at(t0 + t, 0, j);
-      if (count == L) StoreAs(df, acc, p.h_in.data, p.h_in.dtype, out_at);
-      else StorePartialAs(df, acc, p.h_in.data, p.h_in.dtype, out_at, count);
+      StoreRow(df, acc, p.h_in.data, p.h_in.dtype, p.h_in.at(t0 + t, 0, j), p.h_in.stride[3], count);
     }
   }
 }

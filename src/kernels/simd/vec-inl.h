@@ -74,18 +74,22 @@ HWY_INLINE void StoreAs(DF df, VF v, void* base, DType type, int64_t offset) {
   hn::StoreU(v, df, static_cast<float*>(base) + offset);
 }
 
-// The first `count` (< Lanes) elements, the rest zero: through a small buffer so
-// nothing past the tensor's end is read.
-HWY_INLINE VF LoadPartialAs(DF df, const void* base, DType type, int64_t offset, int64_t count) {
+// `count` (<= Lanes) elements at offset, offset + stride, ... (the rest zero): a
+// plain vector load when they are a whole unit-stride vector, else gathered. Both
+// give the same values, so a strided view computes the same bits as a contiguous one.
+HWY_INLINE VF LoadRow(DF df, const void* base, DType type, int64_t offset, int64_t stride, int64_t count) {
+  if (stride == 1 && count == int64_t(hn::Lanes(df))) return LoadAs(df, base, type, offset);
   HWY_ALIGN float buffer[hn::MaxLanes(df)] = {};
-  for (int64_t i = 0; i < count; ++i) buffer[i] = core::load_element(base, type, offset + i);
+  for (int64_t i = 0; i < count; ++i) buffer[i] = core::load_element(base, type, offset + i * stride);
   return hn::Load(df, buffer);
 }
 
-HWY_INLINE void StorePartialAs(DF df, VF v, void* base, DType type, int64_t offset, int64_t count) {
+// Stores the first `count` lanes at offset, offset + stride, ... (rounding as StoreAs).
+HWY_INLINE void StoreRow(DF df, VF v, void* base, DType type, int64_t offset, int64_t stride, int64_t count) {
+  if (stride == 1 && count == int64_t(hn::Lanes(df))) return StoreAs(df, v, base, type, offset);
   HWY_ALIGN float buffer[hn::MaxLanes(df)];
   hn::Store(v, df, buffer);
-  for (int64_t i = 0; i < count; ++i) core::store_element(base, type, offset + i, buffer[i]);
+  for (int64_t i = 0; i < count; ++i) core::store_element(base, type, offset + i * stride, buffer[i]);
 }
 
 // Sum of the lanes, folded by the same fixed tree as the portable kernels.

@@ -1,0 +1,25 @@
+"""mhc: the mHC pre-block operators (MhcPre, MhcPreBackward) on CPU torch tensors.
+
+    h_in, h_post, h_res, inv_rms, h_mix, h_pre = mhc.npu_mhc_pre(x, phi, alpha, bias, out_flag=1)
+    grads = mhc.npu_mhc_pre_backward(x, phi, alpha, g_h_in, g_h_post, g_h_res,
+                                     inv_rms, h_mix, h_pre, h_post)
+    h_in, h_post, h_res = mhc.mhc_pre(x, phi, alpha, bias)   # differentiable
+
+The native library is bound through its C ABI with ctypes (see _lib.py).
+"""
+from . import _lib
+from .autograd import MhcPreFunction, mhc_pre
+from .ops import get_num_threads, npu_mhc_pre, npu_mhc_pre_backward, set_num_threads
+
+__version__ = _lib.version()
+
+
+def isa():
+    """The kernel family in use: "avx512", "avx2", "portable" or "reference"."""
+    return _lib.isa()
+
+
+__all__ = [
+    "npu_mhc_pre", "npu_mhc_pre_backward", "mhc_pre", "MhcPreFunction",
+    "set_num_threads", "get_num_threads", "isa", "__version__",
+]

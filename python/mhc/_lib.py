@@ -1,0 +1,127 @@
+"""ctypes binding of the mhc C API (include/mhc/mhc.h).
+
+Only the C ABI is used: no torch C++ extension, so the package works with any
+torch build. The library is looked up in this order:
+  1. the path in the environment variable MHC_LIBRARY (an error if it fails),
+  2. libmhc.so next to this file (the CMake build copies it here),
+  3. ctypes.util.find_library("mhc") (an installed library).
+"""
+import ctypes
+import ctypes.util
+import os
+
+MAX_RANK = 8
+
+# mhc_dtype
+BF16 = 0
+FP16 = 1
+FP32 = 2
+
+# status codes
+OK = 0
+ERR_NULLPTR = 161001
+ERR_INVALID = 161002
+ERR_RUNTIME = 361001
+ERR_INTERNAL = 561001
+
+# mhc_error_kind
+ERROR_NONE = 0
+ERROR_NULL = 1
+ERROR_DTYPE = 2
+ERROR_SHAPE = 3
+ERROR_LAYOUT = 4
+ERROR_VALUE = 5
+ERROR_RUNTIME = 6
+
+
+class MhcTensor(ctypes.Structure):
+    """struct mhc_tensor: a non-owning view, shape and strides in elements."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int32),
+        ("rank", ctypes.c_int32),
+        ("shape", ctypes.c_int64 * MAX_RANK),
+        ("strides", ctypes.c_int64 * MAX_RANK),
+    ]
+
+
+class MhcOptions(ctypes.Structure):
+    """struct mhc_options."""
+
+    _fields_ = [
+        ("norm_eps", ctypes.c_double),
+        ("hc_eps", ctypes.c_double),
+        ("num_threads", ctypes.c_int32),
+    ]
+
+
+_BUILD_HINT = (
+    "build it from the repository root with "
+    "`cmake -S . -B build -G Ninja && ninja -C build` (this copies libmhc.so into "
+    "python/mhc/), or point the environment variable MHC_LIBRARY at libmhc.so"
+)
+
+
+def _load():
+    explicit = os.environ.get("MHC_LIBRARY")
+    if explicit:
+        try:
+            return ctypes.CDLL(explicit)
+        except OSError as exc:
+            # An explicit choice must not silently fall back to another library.
+            raise ImportError(f"mhc: cannot load MHC_LIBRARY={explicit!r}: {exc}") from exc
+    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libmhc.so")
+    if os.path.exists(beside):
+        try:
+            return ctypes.CDLL(beside)
+        except OSError as exc:
+            raise ImportError(f"mhc: cannot load {beside}: {exc}; {_BUILD_HINT}") from exc
+    found = ctypes.util.find_library("mhc")
+    if found:
+        try:
+            return ctypes.CDLL(found)
+        except OSError as exc:
+            raise ImportError(f"mhc: cannot load {found}: {exc}; {_BUILD_HINT}") from exc
+    raise ImportError(f"mhc: the native library libmhc.so was not found; {_BUILD_HINT}")
+
+
+lib = _load()
+
+_T = ctypes.POINTER(MhcTensor)
+_O = ctypes.POINTER(MhcOptions)
+
+lib.mhc_default_options.argtypes = []
+lib.mhc_default_options.restype = MhcOptions
+
+# x, phi, alpha, bias, gamma, h_in, h_post, h_res, inv_rms, h_mix, h_pre, options
+lib.mhc_pre_forward.argtypes = [_T] * 11 + [_O]
+lib.mhc_pre_forward.restype = ctypes.c_int
+
+# x, phi, alpha, grad_h_in, grad_h_post, grad_h_res, inv_rms, h_mix, h_pre, h_post,
+# gamma, grad_x_post, grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma, options
+lib.mhc_pre_backward.argtypes = [_T] * 17 + [_O]
+lib.mhc_pre_backward.restype = ctypes.c_int
+
+lib.mhc_last_error.argtypes = []
+lib.mhc_last_error.restype = ctypes.c_char_p
+lib.mhc_last_error_kind.argtypes = []
+lib.mhc_last_error_kind.restype = ctypes.c_int
+lib.mhc_isa.argtypes = []
+lib.mhc_isa.restype = ctypes.c_char_p
+lib.mhc_version.argtypes = []
+lib.mhc_version.restype = ctypes.c_char_p
+
+
+def last_error():
+    """(message, kind) of the last failure on this thread."""
+    msg = lib.mhc_last_error()
+    return (msg.decode("utf-8", "replace") if msg else ""), int(lib.mhc_last_error_kind())
+
+
+def isa():
+    return lib.mhc_isa().decode()
+
+
+def version():
+    return lib.mhc_version().decode()

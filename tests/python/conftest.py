@@ -1,0 +1,276 @@
+"""Shared helpers of the Python oracle tests: tolerances, the error log, quick mode.
+
+The largest error seen per output is logged and printed at the end of the session
+(and per case with pytest -s), since those numbers go into the project's notes.
+"""
+import math
+import os
+import sys
+
+import pytest
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+if os.path.join(REPO, "python") not in sys.path:  # so a bare `pytest tests/python` works too
+    sys.path.insert(0, os.path.join(REPO, "python"))
+
+QUICK = os.environ.get("MHC_TEST_QUICK", "") not in ("", "0")
+
+# The brief's tolerances, logged for every output (and asserted with MHC_TEST_BRIEF_BOUNDS=1):
+BRIEF_NORMWISE_TOL = 1e-5  # fp32 outputs: ||ours - truth|| / ||truth||
+BRIEF_TERMS_TOL = 1e-6  # h_in, grad_x: elementwise max(1 ulp, 1e-6 * sum|terms|)
+BRIEF_BOUNDS = os.environ.get("MHC_TEST_BRIEF_BOUNDS", "") not in ("", "0")
+# The asserted bound, every output elementwise: 1 ulp of its dtype at |truth| plus
+# COND_TOL times its condition magnitude (oracle.magnitudes64). The brief's bounds
+# miss inherent effects: cancellation inside the sums behind each term, sigma'
+# recovered from the cached fp32 h_pre/h_post, and the max (not the sum) of the
+# cast's rounding and the fp32 error before it. COND_TOL is ~84 fp32 eps: room for
+# rounding growth in fp32 sums of up to ~32768 terms (a lane-parallel sum of K=32768
+# squares already shows 15 eps); a blunder is off by O(1), far above it.
+COND_TOL = 1e-5
+
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+class ErrorLog:
+    """The largest value of each (output, metric) and the case where it was seen."""
+
+    def __init__(self):
+        self.worst = {}
+
+    def record(self, output, metric, value, case):
+        value = float(value)
+        key = (output, metric)
+        if key not in self.worst or value > self.worst[key][0]:
+            self.worst[key] = (value, case)
+
+    def lines(self):
+        out = [f"{'output':<14} {'metric':<28} {'largest':>10}  case"]
+        for (output, metric), (value, case) in sorted(self.worst.items()):
+            out.append(f"{output:<14} {metric:<28} {value:10.4g}  {case}")
+        return out
+
+
+ERROR_LOG = ErrorLog()
+
+
+def ulp(truth64, dtype):
+    """One ulp of `dtype` at |truth| (subnormal spacing below the smallest normal)."""
+    info = torch.finfo(dtype)
+    mag = truth64.abs().clamp(min=info.tiny)
+    _, exponent = torch.frexp(mag)  # mag = m * 2**exponent, m in [0.5, 1)
+    return info.eps * torch.ldexp(torch.ones_like(mag), exponent - 1)
+
+
+def check_output(output, ours, truth64, mag64, case, terms_abs64=None):
+    """Assert |ours - truth| <= ulp(truth) + COND_TOL * magnitude elementwise; log the
+    brief's metrics too (normwise for fp32 outputs; ulps and sum|terms| for h_in/grad_x).
+
+    Returns (our-bound ratio, brief-bound ratio); a ratio <= 1 passes."""
+    assert ours.shape == truth64.shape, f"{output}: shape {tuple(ours.shape)} != {tuple(truth64.shape)}"
+    dtype = ours.dtype
+    key = output if terms_abs64 is None else f"{output}[{DTYPE_NAMES[dtype]}]"
+    err = (ours.to(torch.float64) - truth64).abs()
+    one_ulp = ulp(truth64, dtype)
+    bound = one_ulp + COND_TOL * mag64
+    ratio = float((err / bound).max())
+    ERROR_LOG.record(key, "err / asserted bound", ratio, case)
+    if terms_abs64 is None:
+        scale = torch.linalg.vector_norm(truth64)
+        rel = float(torch.linalg.vector_norm(err) / scale) if scale > 0 else float(err.max())
+        ERROR_LOG.record(key, "normwise rel (brief 1e-5)", rel, case)
+        brief = rel / BRIEF_NORMWISE_TOL
+    else:
+        # In ulps where the brief's bound is the ulp, in sum|terms| where it is that.
+        by_ulp = one_ulp >= BRIEF_TERMS_TOL * terms_abs64
+        terms = terms_abs64.clamp(min=torch.finfo(torch.float64).tiny)
+        if bool(by_ulp.any()):
+            in_ulps = float((err / one_ulp)[by_ulp].max())
+            ERROR_LOG.record(key, "err / ulp (ulp-bound elts)", in_ulps, case)
+        if not bool(by_ulp.all()):
+            ERROR_LOG.record(key, "err / sum|terms| (others)", float((err / terms)[~by_ulp].max()), case)
+        brief = float((err / torch.maximum(one_ulp, BRIEF_TERMS_TOL * terms_abs64)).max())
+        ERROR_LOG.record(key, "err / brief bound", brief, case)
+    if ratio > 1:
+        i = int((err / bound).flatten().argmax())
+        raise AssertionError(
+            f"{output}: {int((err > bound).sum())} of {err.numel()} elements out of bound ({case}); "
+            f"worst at flat {i}: ours {float(ours.flatten()[i].float())!r} truth "
+            f"{float(truth64.flatten()[i])!r} err {float(err.flatten()[i]):.3g} ulp "
+            f"{float(one_ulp.flatten()[i]):.3g} magnitude {float(mag64.flatten()[i]):.3g}")
+    assert not BRIEF_BOUNDS or brief <= 1, f"{output}: {brief:.3g} x the brief's bound ({case})"
+    return ratio, brief
+
+
+@pytest.fixture(autouse=True)
+def _default_threads():
+    """Every test starts and ends with the library's default thread count."""
+    import mhc
+
+    mhc.set_num_threads(0)
+    yield
+    mhc.set_num_threads(0)
+
+
+def pytest_report_header(config):
+    try:
+        import mhc
+
+        return f"mhc {mhc.__version__}, isa {mhc.isa()}, quick={QUICK}"
+    except ImportError as exc:  # the tests then fail at import with the same message
+        return f"mhc not importable: {exc}"
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not ERROR_LOG.worst:
+        return
+    terminalreporter.section("mhc: largest error per output against the float64 truth")
+    terminalreporter.write_line(
+        "asserted: |err| <= 1 ulp + 1e-5 * condition magnitude (ratio <= 1 passes); brief's bound: "
+        "normwise <= 1e-5 (fp32 outputs), max(1 ulp, 1e-6 * sum|terms|) (h_in, grad_x)")
+    for line in ERROR_LOG.lines():
+        terminalreporter.write_line(line)
+
+
+def strided_copy(t, style):
+    """A non-contiguous tensor with t's values.
+
+    "step": every other element of a bigger buffer, starting at offset 1 (strides
+    doubled, non-zero storage offset); "reversed": dims laid out in reverse memory
+    order, the transpose-like view."""
+    if t is None:
+        return None
+    view = None
+    if style == "reversed" and t.dim() >= 2:
+        base = torch.zeros(tuple(reversed(t.shape)), dtype=t.dtype)
+        view = base.permute(tuple(reversed(range(t.dim()))))
+        if view.is_contiguous():  # size-1 dims can make it contiguous after all
+            view = None
+    if view is None:
+        base = torch.zeros(tuple(2 * s + 1 for s in t.shape), dtype=t.dtype)
+        view = base[tuple(slice(1, 1 + 2 * s, 2) for s in t.shape)]
+    view.copy_(t)
+    assert torch.equal(view, t) and (t.numel() <= 1 or not view.is_contiguous())
+    return view
+
+
+def bitwise_equal(a, b):
+    """Same dtype, shape and bits (NaN-safe)."""
+    if a is None or b is None:
+        return a is None and b is None
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    int_type = {2: torch.int16, 4: torch.int32}[a.element_size()]
+    return torch.equal(a.contiguous().view(int_type), b.contiguous().view(int_type))
+
+
+def assert_same_bits(name, a, b, what):
+    """bitwise_equal, with how far apart the two are when they are not."""
+    if bitwise_equal(a, b):
+        return
+    if a is None or b is None or a.shape != b.shape or a.dtype != b.dtype:
+        raise AssertionError(f"{name}: {what}: {a!r:.80} vs {b!r:.80}")
+    diff = (a.double() - b.double()).abs()
+    raise AssertionError(
+        f"{name}: {what}: {int((diff > 0).sum())} of {diff.numel()} elements differ, max |diff| "
+        f"{float(diff.max()):.3g} (max |value| {float(a.double().abs().max()):.3g})")
+
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+FWD_NAMES = ("h_in", "h_post", "h_res", "inv_rms", "h_mix", "h_pre")
+BWD_NAMES = ("grad_x", "grad_phi", "grad_alpha", "grad_bias", "grad_gamma")
+
+
+def residual_count(n, form):
+    return {"square": n * n, "factorial": math.factorial(n), "two_entry": 0}[form]
+
+
+def token_lead(case):
+    t = case["T"]
+    if case["layout"] == "TND":
+        return (t,)
+    return {1: (1, 1), 3: (3, 1), 1000: (8, 125)}.get(t, (2, t // 2) if t % 2 == 0 else (t, 1))
+
+
+def make_inputs(case, seed):
+    """Inputs in the test dtype (the oracle upcasts the very same values)."""
+    gen = torch.Generator().manual_seed(seed)
+    n, d, dtype = case["N"], case["D"], DTYPES[case["dtype"]]
+    lead = token_lead(case)
+    r = residual_count(n, case["form"])
+    f, k = 2 * n + r, n * d
+
+    def randn(*shape):
+        return torch.randn(shape, generator=gen)
+
+    inp = {
+        "x": randn(*lead, n, d).to(dtype),
+        "phi": randn(f, k) / math.sqrt(k),  # keeps w = r*phi*u of order one
+        "alpha": 0.5 + torch.rand(2 if case["form"] == "two_entry" else 3, generator=gen),
+        "bias": 0.5 * randn(f),
+        "gamma": 1.0 + 0.5 * randn(n, d) if case["gamma"] else None,
+        "grad_h_in": randn(*lead, d).to(dtype),
+        "grad_h_post": randn(*lead, n),
+        "grad_h_res": None,
+        "grad_x_post": randn(*lead, n, d).to(dtype) if case["grad_x_post"] else None,
+    }
+    if r:
+        inp["grad_h_res"] = randn(*lead, n, n) if r == n * n else randn(*lead, r)
+    return inp
+
+
+def run_ours(inp, caches_style=None):
+    """Forward with caches, then our backward on our own caches (as a user would)."""
+    import mhc
+
+    fwd = mhc.npu_mhc_pre(inp["x"], inp["phi"], inp["alpha"], inp["bias"], gamma=inp["gamma"],
+                          out_flag=1)
+    h_in, h_post, h_res, inv_rms, h_mix, h_pre = fwd
+    grads = {k: inp[k] for k in ("grad_h_in", "grad_h_post", "grad_h_res", "grad_x_post")}
+    caches = {"inv_rms": inv_rms, "h_mix": h_mix, "h_pre": h_pre, "h_post": h_post}
+    if caches_style:  # the backward's incoming tensors as strided views
+        grads = {k: strided_copy(v, caches_style[k]) for k, v in grads.items()}
+        caches = {k: strided_copy(v, caches_style[k]) for k, v in caches.items()}
+    bwd = mhc.npu_mhc_pre_backward(
+        inp["x"], inp["phi"], inp["alpha"], grads["grad_h_in"], grads["grad_h_post"],
+        grads["grad_h_res"], caches["inv_rms"], caches["h_mix"], caches["h_pre"],
+        caches["h_post"], gamma=inp["gamma"], grad_x_post=grads["grad_x_post"])
+    return fwd, bwd
+
+
+
+
+def compare_with_oracle(inp, outputs, case, norm_eps=1e-6, hc_eps=1e-6, also=()):
+    """Check each given output (name -> tensor or None) against the float64 truth:
+    the oracle forward, autograd through it for the grads. Returns {name: ratios}.
+    `also`: (outputs, case) pairs checked against the same truth."""
+    from oracle import backward_terms64, forward64, grads64, magnitudes64
+
+    args = (inp["x"], inp["phi"], inp["alpha"], inp["bias"], inp["gamma"], norm_eps, hc_eps)
+    gargs = args + (inp["grad_h_in"], inp["grad_h_post"], inp["grad_h_res"], inp["grad_x_post"])
+    truth = dict(zip(FWD_NAMES, forward64(*args)))
+    if any(name in outputs for name in BWD_NAMES):
+        truth.update(zip(BWD_NAMES, grads64(*gargs)))
+        terms = backward_terms64(*gargs)
+        # SPEC §3 (the terms) agrees with autograd through SPEC §2: guards the oracle.
+        assert torch.allclose(sum(terms), truth["grad_x"], rtol=1e-9,
+                              atol=1e-12 * float(truth["grad_x"].abs().max()))
+        terms_abs = {"grad_x": sum(t.abs() for t in terms)}
+    else:
+        terms_abs = {}
+    v64 = inp["x"].to(torch.float64)
+    terms_abs["h_in"] = (truth["h_pre"][..., :, None] * v64).abs().sum(dim=-2)
+    mags = magnitudes64(*gargs)
+    for other, other_case in also:
+        for name, ours in other.items():
+            if truth[name] is not None:
+                check_output(name, ours, truth[name], mags[name], other_case, terms_abs.get(name))
+    errs = {}
+    for name, ours in outputs.items():
+        if truth[name] is None:  # h_res of a two-entry alpha, grad_gamma without gamma
+            assert ours is None, f"{name}: expected None"
+            continue
+        assert ours is not None, f"{name}: missing"
+        errs[name] = check_output(name, ours, truth[name], mags[name], case, terms_abs.get(name))
+    return errs

@@ -1,0 +1,186 @@
+"""The float64 truth for MhcPre, written from SPEC §2 and independent of the library.
+
+Gradients are torch autograd through forward64 (SPEC §3 is checked against it in
+the tests, not used to build it). backward_terms64 evaluates the §3 intermediate
+quantities in float64, for the error bounds of h_in and grad_x.
+"""
+import torch
+
+F64 = torch.float64
+
+
+def forward64(x, phi, alpha, bias, gamma=None, norm_eps=1e-6, hc_eps=1e-6):
+    """SPEC §2 in float64. x: [..., N, D]; returns (h_in, h_post, h_res, inv_rms, h_mix, h_pre).
+
+    h_res is [..., N, N] when R = N*N, else [..., R]; None for a two-entry alpha.
+    """
+    lead = x.shape[:-2]
+    n, d = x.shape[-2], x.shape[-1]
+    k = n * d
+    f = phi.shape[0]
+    v = x.to(F64).reshape(-1, k)
+    r = 1.0 / torch.sqrt((v * v).sum(dim=1) / k + norm_eps)  # from raw x, never x*gamma
+    u = v * gamma.to(F64).reshape(1, k) if gamma is not None else v
+    m = u @ phi.to(F64).t()  # h_mix: before scaling by r
+    w = r[:, None] * m
+    alpha = alpha.to(F64)
+    bias = bias.to(F64)
+    h_pre = torch.sigmoid(alpha[0] * w[:, :n] + bias[:n]) + hc_eps
+    s_post = torch.sigmoid(alpha[1] * w[:, n:2 * n] + bias[n:2 * n])
+    if alpha.numel() == 2:  # no residual branch, and hc_eps joins h_post (SPEC §6)
+        h_post = 2.0 * s_post + hc_eps
+        h_res = None
+    else:
+        h_post = 2.0 * s_post
+        rr = f - 2 * n
+        h_res = alpha[2] * w[:, 2 * n:] + bias[2 * n:]
+        h_res = h_res.reshape(lead + ((n, n) if rr == n * n else (rr,)))
+    h_in = (h_pre[:, :, None] * v.reshape(-1, n, d)).sum(dim=1)
+    return (h_in.reshape(lead + (d,)), h_post.reshape(lead + (n,)), h_res, r.reshape(lead),
+            m.reshape(lead + (f,)), h_pre.reshape(lead + (n,)))
+
+
+def grads64(x, phi, alpha, bias, gamma, norm_eps, hc_eps, grad_h_in, grad_h_post, grad_h_res,
+            grad_x_post=None):
+    """Autograd truth: grads of sum(h_in*g_h_in)+sum(h_post*g_h_post)+sum(h_res*g_h_res)
+    w.r.t. x, phi, alpha, bias, gamma (None without gamma), plus grad_x_post on grad_x."""
+    leaves = [t.detach().to(F64).requires_grad_(True) for t in (x, phi, alpha, bias)]
+    g = gamma.detach().to(F64).requires_grad_(True) if gamma is not None else None
+    h_in, h_post, h_res, _, _, _ = forward64(*leaves, g, norm_eps, hc_eps)
+    loss = (h_in * grad_h_in.to(F64)).sum() + (h_post * grad_h_post.to(F64)).sum()
+    if h_res is not None:
+        loss = loss + (h_res * grad_h_res.to(F64).reshape(h_res.shape)).sum()
+    wrt = leaves + ([g] if g is not None else [])
+    out = list(torch.autograd.grad(loss, wrt))
+    if grad_x_post is not None:
+        out[0] = out[0] + grad_x_post.to(F64)
+    if g is None:
+        out.append(None)
+    return tuple(out)
+
+
+def backward_terms64(x, phi, alpha, bias, gamma, norm_eps, hc_eps, grad_h_in, grad_h_post,
+                     grad_h_res, grad_x_post=None):
+    """SPEC §3 in float64: the four terms of grad_x, each shaped like x.
+
+    Returns (h_pre[n]*grad_h_in[d], gamma*gu, c*v, grad_x_post or zeros)."""
+    n, d = x.shape[-2], x.shape[-1]
+    k = n * d
+    nt = x.numel() // k
+    with torch.no_grad():
+        _, h_post, _, r, m, h_pre = forward64(x, phi, alpha, bias, gamma, norm_eps, hc_eps)
+        v = x.to(F64).reshape(nt, n, d)
+        gh_in = grad_h_in.to(F64).reshape(nt, d)
+        h_pre = h_pre.reshape(nt, n)
+        h_post = h_post.reshape(nt, n)
+        r = r.reshape(nt)
+        m = m.reshape(nt, -1)
+        a = alpha.to(F64)
+        s = h_pre - hc_eps
+        gz_pre = (v * gh_in[:, None, :]).sum(dim=2) * s * (1 - s)
+        if a.numel() == 2:
+            sp = (h_post - hc_eps) / 2
+            gz_post = grad_h_post.to(F64).reshape(nt, n) * 2 * sp * (1 - sp)
+            gw = torch.cat([a[0] * gz_pre, a[1] * gz_post], dim=1)
+        else:
+            gz_post = grad_h_post.to(F64).reshape(nt, n) * h_post * (1 - h_post / 2)
+            gz_res = grad_h_res.to(F64).reshape(nt, -1)
+            gw = torch.cat([a[0] * gz_pre, a[1] * gz_post, a[2] * gz_res], dim=1)
+        big_g = r[:, None] * gw
+        g_r = (gw * m).sum(dim=1)
+        gu = big_g @ phi.to(F64)
+        c = -(r ** 3) * g_r / k
+        gamma_flat = gamma.to(F64).reshape(1, k) if gamma is not None else torch.ones(1, k, dtype=F64)
+        t_in = (h_pre[:, :, None] * gh_in[:, None, :]).reshape(x.shape)
+        t_gu = (gamma_flat * gu).reshape(x.shape)
+        t_cv = (c[:, None] * v.reshape(nt, k)).reshape(x.shape)
+        t_post = grad_x_post.to(F64) if grad_x_post is not None else torch.zeros(x.shape, dtype=F64)
+    return t_in, t_gu, t_cv, t_post
+
+
+def magnitudes64(x, phi, alpha, bias, gamma, norm_eps, hc_eps, grad_h_in, grad_h_post,
+                 grad_h_res, grad_x_post=None):
+    """First-order condition magnitudes of every output, for error bounds.
+
+    If every fp32 quantity the operators compute (each product, each sum, each cache)
+    carries a relative error e of the sum of the absolute values that enter it, an
+    output's error is at most about e * magnitude. Two effects make these larger
+    than plain sums of |terms|: cancellation inside phi·u, phi^T·G and Σ gw·m, and
+    the backward recovering σ(1−σ) from the cached fp32 h_pre / h_post, where an
+    error Δs of s costs |1−2s|·Δs while s(1−s) may be tiny.
+    Returns a dict of float64 tensors shaped like the outputs.
+    """
+    lead = x.shape[:-2]
+    n, d = x.shape[-2], x.shape[-1]
+    k = n * d
+    f = phi.shape[0]
+    with torch.no_grad():
+        _, _, _, r, m, h_pre = forward64(x, phi, alpha, bias, gamma, norm_eps, hc_eps)
+        nt = x.numel() // k
+        v = x.to(F64).reshape(nt, k)
+        gam = gamma.to(F64).reshape(1, k) if gamma is not None else torch.ones(1, k, dtype=F64)
+        u = v * gam
+        phi_abs = phi.to(F64).abs()
+        r = r.reshape(nt, 1)
+        m = m.reshape(nt, f)
+        a = alpha.to(F64)
+        a_rows = torch.cat([a[0].abs().expand(n), a[1].abs().expand(n)]
+                           + ([a[2].abs().expand(f - 2 * n)] if a.numel() == 3 else []))
+        b = bias.to(F64)
+        # forward
+        m_mag = u.abs() @ phi_abs.t()
+        z_mag = a_rows * r * m_mag + b.abs()
+        s = h_pre.reshape(nt, n) - hc_eps
+        sp = torch.sigmoid(a[1] * r[:, 0:1] * m[:, n:2 * n] + b[n:2 * n])
+        h_pre_mag = s + s * (1 - s) * z_mag[:, :n]
+        h_post_mag = 2 * sp + 2 * sp * (1 - sp) * z_mag[:, n:2 * n]
+        vv = v.reshape(nt, n, d).abs()
+        h_in_mag = (h_pre_mag[:, :, None] * vv).sum(dim=1)
+        # backward
+        gh = grad_h_in.to(F64).reshape(nt, d)
+        g_pre = (v.reshape(nt, n, d) * gh[:, None, :]).sum(dim=2)
+        g_pre_mag = (vv * gh.abs()[:, None, :]).sum(dim=2)
+        gz_pre = g_pre * s * (1 - s)
+        gz_pre_mag = g_pre_mag * s * (1 - s) + g_pre.abs() * h_pre_mag
+        ghp = grad_h_post.to(F64).reshape(nt, n)
+        gz_post = ghp * 2 * sp * (1 - sp)
+        gz_post_mag = ghp.abs() * (2 * sp * (1 - sp) + (1 - 2 * sp).abs() * h_post_mag)
+        gz = [gz_pre, gz_post]
+        gz_mag = [gz_pre_mag, gz_post_mag]
+        if a.numel() == 3:
+            ghr = grad_h_res.to(F64).reshape(nt, f - 2 * n)
+            gz.append(ghr)
+            gz_mag.append(ghr.abs())
+        gz = torch.cat(gz, dim=1)
+        gz_mag = torch.cat(gz_mag, dim=1)
+        gw_abs = a_rows * gz.abs()
+        gw_mag = a_rows * gz_mag
+        big_g_mag = r * gw_mag
+        g_r_mag = (gw_mag * m.abs() + gw_abs * m_mag).sum(dim=1, keepdim=True)
+        gu_mag = big_g_mag @ phi_abs
+        c_mag = r ** 3 * g_r_mag / k
+        grad_x_mag = ((h_pre_mag[:, :, None] * gh.abs()[:, None, :]).reshape(nt, k)
+                      + gam.abs() * gu_mag + c_mag * v.abs())
+        if grad_x_post is not None:
+            grad_x_mag = grad_x_mag + grad_x_post.to(F64).reshape(nt, k).abs()
+        w = r * m
+        w_mag = r * m_mag
+        ga_rows = gz_mag * w.abs() + gz.abs() * w_mag
+        blocks = [ga_rows[:, :n].sum(), ga_rows[:, n:2 * n].sum()]
+        if a.numel() == 3:
+            blocks.append(ga_rows[:, 2 * n:].sum())
+        rr = f - 2 * n
+        res_shape = lead + ((n, n) if rr == n * n else (rr,))
+        return {
+            "h_in": h_in_mag.reshape(lead + (d,)),
+            "h_post": h_post_mag.reshape(lead + (n,)),
+            "h_res": z_mag[:, 2 * n:].reshape(res_shape) if a.numel() == 3 else None,
+            "inv_rms": r.reshape(lead),
+            "h_mix": m_mag.reshape(lead + (f,)),
+            "h_pre": h_pre_mag.reshape(lead + (n,)),
+            "grad_x": grad_x_mag.reshape(x.shape),
+            "grad_phi": big_g_mag.t() @ u.abs(),
+            "grad_alpha": torch.stack(blocks),
+            "grad_bias": gz_mag.sum(dim=0),
+            "grad_gamma": ((v.abs() * gu_mag).sum(dim=0).reshape(n, d) if gamma is not None else None),
+        }
