@@ -1,0 +1,2 @@
+// The C program of consumer.c, compiled as C++.
+#include "consumer.c"

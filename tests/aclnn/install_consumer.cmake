@@ -1,0 +1,35 @@
+# Installs the project to a temporary prefix, then builds and runs a CANN-style
+# program against it twice: with find_package(mhc) + mhc::aclnn, and with plain
+# -I<prefix>/include -lmhc_aclnn (as C and as C++).
+# Run by ctest: cmake -DBUILD_DIR= -DCONSUMER_DIR= -DWORK_DIR= -DLIBDIR= -DCC= -DCXX= -P install_consumer.cmake
+foreach(var BUILD_DIR CONSUMER_DIR WORK_DIR LIBDIR CC CXX)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "install_consumer.cmake: ${var} not set")
+  endif()
+endforeach()
+
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message(STATUS "$ ${ARGN}\n${out}${err}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}")
+  endif()
+endfunction()
+
+set(prefix ${WORK_DIR}/prefix)
+file(REMOVE_RECURSE ${WORK_DIR})
+run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
+
+# 1. find_package(mhc) + mhc::aclnn
+run(${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR}/build -G Ninja
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_C_COMPILER=${CC} -DCMAKE_CXX_COMPILER=${CXX})
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+run(${WORK_DIR}/build/consumer_c)
+run(${WORK_DIR}/build/consumer_cxx)
+
+# 2. plain include and library paths, as a CANN Makefile would have them
+set(link -L${prefix}/${LIBDIR} -lmhc_aclnn -Wl,-rpath,${prefix}/${LIBDIR} -lm)
+run(${CC} -std=c99 -Wall -Wextra -Werror -I${prefix}/include ${CONSUMER_DIR}/consumer.c -o ${WORK_DIR}/plain_c ${link})
+run(${CXX} -std=c++17 -Wall -Wextra -Werror -I${prefix}/include ${CONSUMER_DIR}/consumer.cpp -o ${WORK_DIR}/plain_cxx ${link})
+run(${WORK_DIR}/plain_c)
+run(${WORK_DIR}/plain_cxx)
