@@ -160,7 +160,7 @@ Status check_outputs_disjoint(const std::vector<Named>& inputs, const std::vecto
       if (intersects(span, validate::byte_span(*in.view)))
         return validate::layout_error(
             outputs[i].name, std::string("output memory overlaps input ") + in.name +
-                                 (outputs[i].view == allowed_out
+                                 (outputs[i].view == allowed_out && in.view == allowed_in
                                       ? " (only an exact alias of grad_x_post is allowed)" : ""));
     }
   }

@@ -15,7 +15,9 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <algorithm>
+#include <cstdlib>
 
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kernels/common/token_math.hpp"
 #include "kernels/kernels.hpp"
@@ -28,12 +30,17 @@ namespace mhc::kernels::simd::HWY_NAMESPACE {
 // Rows of phi per register block: 2*rows + 4 vector registers (32 on AVX-512, 16 on AVX2).
 constexpr int kBlockRows = HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 ? 6 : 12;
 
+// A strip's tile holds kTokensPerChunk vectors plus one spare, so that the
+// phases that walk a token across strips do not hit addresses 4 KiB apart (which
+// share an L1 set and alias in the store buffer).
+constexpr int64_t kTileVectors = plan::kTokensPerChunk + 1;
+
 struct Tiles {
   int64_t L, strips_per_stream;
-  float* v;   // [strips][kTokensPerChunk][L]
-  float* gu;  // [strips][kTokensPerChunk][L]
+  float* v;   // [strips][kTileVectors][L]
+  float* gu;  // [strips][kTileVectors][L]
   float* at(float* base, int64_t strip, int64_t token_in_chunk) const {
-    return base + (strip * plan::kTokensPerChunk + token_in_chunk) * L;
+    return base + (strip * kTileVectors + token_in_chunk) * L;
   }
 };
 
@@ -41,12 +48,12 @@ static Tiles TilesOf(const BackwardArgs& args) {
   const core::Dims& d = args.problem->dims;
   const int64_t L = hn::Lanes(DF()), strips = d.N * plan::ceil_div(d.D, L);
   float* base = args.chunk_buffers();
-  return {L, plan::ceil_div(d.D, L), base, base + strips * plan::kTokensPerChunk * L};
+  return {L, plan::ceil_div(d.D, L), base, base + strips * kTileVectors * L};
 }
 
 int64_t BackwardChunkFloats(const core::Dims& d) {
   const int64_t L = hn::Lanes(DF());
-  return 2 * d.N * plan::ceil_div(d.D, L) * plan::kTokensPerChunk * L;
+  return 2 * d.N * plan::ceil_div(d.D, L) * kTileVectors * L;
 }
 
 int64_t BackwardScratchFloats(const core::Dims& d) {
@@ -58,25 +65,35 @@ void BackwardTokenStats(const BackwardArgs& args, int64_t chunk0, int64_t t0, in
   const core::Dims& d = p.dims;
   const DF df;
   const Tiles tiles = TilesOf(args);
-  const int64_t L = tiles.L;
+  const int64_t L = tiles.L, full = d.D / L * L;
   float* g_pre = args.scratch(worker) + kBlockRows * L;
   const int64_t xs = p.x.stride[3], ghs = p.grad_h_in.stride[3];
-  for (int64_t t = t0; t < t1; ++t) {
-    const int64_t gh_at = p.grad_h_in.at(t, 0, 0);
-    for (int64_t n = 0; n < d.N; ++n) {
-      const int64_t x_at = p.x.at(t, n, 0);
-      VF lanes = hn::Zero(df);
-      for (int64_t j = 0, s = n * tiles.strips_per_stream; j < d.D; j += L, ++s) {
-        const int64_t width = std::min(L, d.D - j);
-        const VF v = LoadRow(df, p.x.data, p.x.dtype, x_at + j * xs, xs, width);
-        const VF grad_h_in = LoadRow(df, p.grad_h_in.data, p.grad_h_in.dtype, gh_at + j * ghs, ghs, width);
-        lanes = hn::MulAdd(v, grad_h_in, lanes);
-        hn::Store(v, df, tiles.at(tiles.v, s, t - chunk0));
+  const bool unit = xs == 1 && ghs == 1;
+  WithDType(p.x.dtype, [&]<DType T>() {  // grad_h_in has x's dtype
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t gh_at = p.grad_h_in.at(t, 0, 0);
+      for (int64_t n = 0; n < d.N; ++n) {
+        const int64_t x_at = p.x.at(t, n, 0);
+        float* v_tile = tiles.at(tiles.v, n * tiles.strips_per_stream, t - chunk0);
+        VF lanes = hn::Zero(df);
+        int64_t j = 0;
+        if (unit)
+          for (; j < full; j += L, v_tile += kTileVectors * L) {
+            const VF v = LoadT<T>(df, p.x.data, x_at + j);
+            lanes = hn::MulAdd(v, LoadT<T>(df, p.grad_h_in.data, gh_at + j), lanes);
+            hn::Store(v, df, v_tile);
+          }
+        for (; j < d.D; j += L, v_tile += kTileVectors * L) {
+          const int64_t width = std::min(L, d.D - j);
+          const VF v = LoadRow(df, p.x.data, T, x_at + j * xs, xs, width);
+          lanes = hn::MulAdd(v, LoadRow(df, p.grad_h_in.data, T, gh_at + j * ghs, ghs, width), lanes);
+          hn::Store(v, df, v_tile);
+        }
+        g_pre[n] = FoldLanes(df, lanes);
       }
-      g_pre[n] = FoldLanes(df, lanes);
+      backward_token_finish(args, t, g_pre);
     }
-    backward_token_finish(args, t, g_pre);
-  }
+  });
 }
 
 // One strip, rows [f0, f0+R), the chunk's `tokens` tokens: chunk sums of G v^T
@@ -136,6 +153,17 @@ static void RunStripBlock(int rows, const float* G_chunk, int64_t F, int64_t tok
 #undef MHC_STRIP_CASE
 }
 
+// Asks the cache for the row segments [d0, d1) of stream n of tokens [ta, tb) of a
+// per-token tensor (unit-stride rows only; others are left to the hardware).
+static void PrefetchRows(const core::Strided& s, int64_t ta, int64_t tb, int64_t n, int64_t d0, int64_t d1) {
+  if (!s.present() || ta >= tb || s.stride[3] != 1 || getenv("MHC_NO_PREFETCH")) return;
+  const int64_t esize = core::element_size(s.dtype);
+  for (int64_t t = ta; t < tb; ++t) {
+    const char* row = static_cast<const char*>(s.data) + s.at(t, n, d0) * esize;
+    for (int64_t b = 0; b < (d1 - d0) * esize; b += 64) hwy::Prefetch(row + b);
+  }
+}
+
 void BackwardColumns(const BackwardArgs& args, int64_t t0, int64_t t1, const plan::ColumnItem& item,
                      int worker) {
   const core::BackwardProblem& p = *args.problem;
@@ -151,9 +179,21 @@ void BackwardColumns(const BackwardArgs& args, int64_t t0, int64_t t1, const pla
   const float* phi = static_cast<const float*>(p.phi.data);
   const int64_t phi_cs = p.phi.stride[3];  // column stride of phi
 
-  for (int64_t j = item.d0; j < item.d1; j += L) {
+  // This phase is compute-bound and the two around it are memory-bound: while the
+  // strips run, bring in what phase 3 of this chunk and phase 1 of the next read,
+  // a few tokens per strip (every item covers its own columns, so once in all).
+  const int64_t next1 = std::min(d.T, t1 + plan::kTokensPerChunk);
+  const int64_t strips = plan::ceil_div(item.d1 - item.d0, L);
+  const int64_t per_strip = plan::ceil_div(plan::kTokensPerChunk, strips);
+
+  for (int64_t j = item.d0, si = 0; j < item.d1; j += L, ++si) {
     const int64_t width = std::min(L, item.d1 - j), k = item.n * d.D + j;
     const int64_t strip = item.n * tiles.strips_per_stream + j / L;
+    const int64_t pa = si * per_strip, pb = (si + 1) * per_strip;
+    PrefetchRows(p.grad_x_post, std::min(t1, t0 + pa), std::min(t1, t0 + pb), item.n, item.d0, item.d1);
+    PrefetchRows(p.x, std::min(next1, t1 + pa), std::min(next1, t1 + pb), item.n, item.d0, item.d1);
+    if (item.n == 0)
+      PrefetchRows(p.grad_h_in, std::min(next1, t1 + pa), std::min(next1, t1 + pb), 0, item.d0, item.d1);
     float* v_tile = tiles.at(tiles.v, strip, 0);
     float* gu_tile = tiles.at(tiles.gu, strip, 0);
     for (int64_t f0 = 0; f0 < d.F; f0 += kBlockRows) {
@@ -185,34 +225,48 @@ void BackwardRows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t 
   const core::Dims& d = p.dims;
   const DF df;
   const Tiles tiles = TilesOf(args);
-  const int64_t L = tiles.L;
+  const int64_t L = tiles.L, full = d.D / L * L;
   const float* c_all = args.workspace + args.plan->off_c;
   const int64_t ghs = p.grad_h_in.stride[3], gs = p.gamma.stride[3];
   const int64_t posts = p.grad_x_post.stride[3], outs = p.grad_x.stride[3];
-  for (int64_t t = t0; t < t1; ++t) {
-    const VF c = hn::Set(df, c_all[t]);
-    const int64_t gh_at = p.grad_h_in.at(t, 0, 0);
-    for (int64_t n = 0; n < d.N; ++n) {
-      const VF h_pre = hn::Set(df, p.h_pre.load(p.h_pre.at(t, 0, n)));
-      const int64_t out_at = p.grad_x.at(t, n, 0);
-      const int64_t post_at = p.grad_x_post.present() ? p.grad_x_post.at(t, n, 0) : 0;
-      const int64_t gamma_at = p.gamma.present() ? p.gamma.at(n, 0) : 0;
-      for (int64_t j = 0, s = n * tiles.strips_per_stream; j < d.D; j += L, ++s) {
-        const int64_t width = std::min(L, d.D - j);
-        const VF v = hn::Load(df, tiles.at(tiles.v, s, t - chunk0));
-        const VF gu = hn::Load(df, tiles.at(tiles.gu, s, t - chunk0));
-        VF gx = hn::Mul(h_pre, LoadRow(df, p.grad_h_in.data, p.grad_h_in.dtype, gh_at + j * ghs, ghs, width));
-        if (p.gamma.present())
-          gx = hn::MulAdd(LoadRow(df, p.gamma.data, DType::fp32, gamma_at + j * gs, gs, width), gu, gx);
-        else
-          gx = hn::Add(gx, gu);
-        gx = hn::MulAdd(c, v, gx);
-        if (p.grad_x_post.present())
-          gx = hn::Add(gx, LoadRow(df, p.grad_x_post.data, p.grad_x_post.dtype, post_at + j * posts, posts, width));
-        StoreRow(df, gx, p.grad_x.data, p.grad_x.dtype, out_at + j * outs, outs, width);
+  const bool has_gamma = p.gamma.present(), has_post = p.grad_x_post.present();
+  const bool unit = ghs == 1 && (!has_gamma || gs == 1) && (!has_post || posts == 1) && outs == 1;
+  const float* gamma = static_cast<const float*>(p.gamma.data);
+  WithDType(p.x.dtype, [&]<DType T>() {  // grad_h_in, grad_x_post and grad_x have x's dtype
+    for (int64_t t = t0; t < t1; ++t) {
+      const VF c = hn::Set(df, c_all[t]);
+      const int64_t gh_at = p.grad_h_in.at(t, 0, 0);
+      for (int64_t n = 0; n < d.N; ++n) {
+        const VF h_pre = hn::Set(df, p.h_pre.load(p.h_pre.at(t, 0, n)));
+        const int64_t out_at = p.grad_x.at(t, n, 0);
+        const int64_t post_at = has_post ? p.grad_x_post.at(t, n, 0) : 0;
+        const int64_t gamma_at = has_gamma ? p.gamma.at(n, 0) : 0;
+        const float* v_tile = tiles.at(tiles.v, n * tiles.strips_per_stream, t - chunk0);
+        const float* gu_tile = tiles.at(tiles.gu, n * tiles.strips_per_stream, t - chunk0);
+        int64_t j = 0;
+        if (unit)
+          for (; j < full; j += L, v_tile += kTileVectors * L, gu_tile += kTileVectors * L) {
+            VF gx = hn::Mul(h_pre, LoadT<T>(df, p.grad_h_in.data, gh_at + j));
+            const VF gu = hn::Load(df, gu_tile);
+            gx = has_gamma ? hn::MulAdd(hn::LoadU(df, gamma + gamma_at + j), gu, gx) : hn::Add(gx, gu);
+            gx = hn::MulAdd(c, hn::Load(df, v_tile), gx);
+            if (has_post) gx = hn::Add(gx, LoadT<T>(df, p.grad_x_post.data, post_at + j));
+            StoreT<T>(df, gx, p.grad_x.data, out_at + j);
+          }
+        for (; j < d.D; j += L, v_tile += kTileVectors * L, gu_tile += kTileVectors * L) {
+          const int64_t width = std::min(L, d.D - j);
+          VF gx = hn::Mul(h_pre, LoadRow(df, p.grad_h_in.data, T, gh_at + j * ghs, ghs, width));
+          const VF gu = hn::Load(df, gu_tile);
+          gx = has_gamma ? hn::MulAdd(LoadRow(df, gamma, DType::fp32, gamma_at + j * gs, gs, width), gu, gx)
+                         : hn::Add(gx, gu);
+          gx = hn::MulAdd(c, hn::Load(df, v_tile), gx);
+          if (has_post)
+            gx = hn::Add(gx, LoadRow(df, p.grad_x_post.data, T, post_at + j * posts, posts, width));
+          StoreRow(df, gx, p.grad_x.data, T, out_at + j * outs, outs, width);
+        }
       }
     }
-  }
+  });
 }
 
 }  // namespace mhc::kernels::simd::HWY_NAMESPACE

@@ -22,12 +22,16 @@
 HWY_BEFORE_NAMESPACE();
 namespace mhc::kernels::simd::HWY_NAMESPACE {
 
+// Rows of u are padded by one cache line so that the tokens of a tile do not sit
+// a multiple of 4 KiB apart (same L1 set).
+constexpr int64_t kURowFloats = kChunkColumns + 16;
+
 // Register blocking: accumulators kTileTokens x kTileRows, plus the u vectors and one phi row.
 constexpr int kTileTokens = HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 ? 2 : 4;
 constexpr int kTileRows = 6;
 
 struct ForwardScratch {
-  float* u;        // [kTokensPerItem][kChunkColumns] u = v*gamma of one chunk
+  float* u;        // [kTokensPerItem][kURowFloats] u = v*gamma of one chunk
   float* acc;      // [kTokensPerItem][rows][L] lane sums of m for the pass's rows
   float* sum_sq;   // [kTokensPerItem][L] lane sums of v^2, then [kTokensPerItem] tails
   float* phi_tail; // [rows][L] the last, partial, column vector of phi, zero-padded
@@ -39,7 +43,7 @@ struct ForwardScratch {
 int64_t ForwardScratchFloats(const core::Dims& d) {
   const int64_t L = hn::Lanes(DF()), tokens = plan::kTokensPerItem;
   const int64_t rows = std::min<int64_t>(d.F, kRowsPerPass);
-  return tokens * kChunkColumns + tokens * rows * L + tokens * (L + 1) + rows * L + rows * kChunkColumns +
+  return tokens * kURowFloats + tokens * rows * L + tokens * (L + 1) + rows * L + rows * kChunkColumns +
          tokens * d.F + d.N + 7 * 16;  // alignment slack
 }
 
@@ -49,7 +53,7 @@ static ForwardScratch LayOutForwardScratch(float* base, const core::Dims& d) {
   ForwardScratch s;
   float* at = base;
   auto take = [&](int64_t floats) { float* p = at; at += plan::align16(floats); return p; };
-  s.u = take(tokens * kChunkColumns);
+  s.u = take(tokens * kURowFloats);
   s.acc = take(tokens * rows * L);
   s.sum_sq = take(tokens * (L + 1));
   s.phi_tail = take(rows * L);
@@ -165,7 +169,7 @@ void ForwardTokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) 
     for (int64_t k0 = 0; k0 < K_pad; k0 += kChunkColumns) {
       const int64_t k_end = std::min(K_pad, k0 + kChunkColumns), k1 = std::min(d.K, k_end);
       for (int64_t t = 0; t < tokens; ++t)
-        CastChunk(p, t0 + t, k0, k1, k_end, s.u + t * kChunkColumns, s.sum_sq + t * L,
+        CastChunk(p, t0 + t, k0, k1, k_end, s.u + t * kURowFloats, s.sum_sq + t * L,
                   s.sum_sq + tokens * L + t, f0 == 0);
       const int64_t full_end = std::min(k_end, K_full);  // columns read from phi (or its copy)
       if (phi_cs != 1)
@@ -179,7 +183,7 @@ void ForwardTokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) 
           float* acc[4];
           const float* w[kTileRows];
           for (int t = 0; t < tile_tokens; ++t) {
-            u[t] = s.u + (tt + t) * kChunkColumns;
+            u[t] = s.u + (tt + t) * kURowFloats;
             acc[t] = s.acc + ((tt + t) * rows + fr) * L;
           }
           if (full_end > k0) {

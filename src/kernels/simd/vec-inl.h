@@ -65,6 +65,14 @@ HWY_INLINE void StoreF16(DF df, VF v, uint16_t* p) {
   hn::StoreU(hn::DemoteTo(df16, v), df16, reinterpret_cast<hwy::float16_t*>(p));
 }
 
+// The same, with the dtype fixed at compile time (for hot loops).
+template <DType T>
+HWY_INLINE VF LoadT(DF df, const void* base, int64_t offset) {
+  if constexpr (T == DType::bf16) return LoadBF16(df, static_cast<const uint16_t*>(base) + offset);
+  else if constexpr (T == DType::fp16) return LoadF16(df, static_cast<const uint16_t*>(base) + offset);
+  else return hn::LoadU(df, static_cast<const float*>(base) + offset);
+}
+
 HWY_INLINE void StoreAs(DF df, VF v, void* base, DType type, int64_t offset) {
   switch (type) {
     case DType::bf16: return StoreBF16(df, v, static_cast<uint16_t*>(base) + offset);
@@ -72,6 +80,23 @@ HWY_INLINE void StoreAs(DF df, VF v, void* base, DType type, int64_t offset) {
     case DType::fp32: break;
   }
   hn::StoreU(v, df, static_cast<float*>(base) + offset);
+}
+
+template <DType T>
+HWY_INLINE void StoreT(DF df, VF v, void* base, int64_t offset) {
+  if constexpr (T == DType::bf16) StoreBF16(df, v, static_cast<uint16_t*>(base) + offset);
+  else if constexpr (T == DType::fp16) StoreF16(df, v, static_cast<uint16_t*>(base) + offset);
+  else hn::StoreU(v, df, static_cast<float*>(base) + offset);
+}
+
+// Calls body.template operator()<T>() with the dtype as a compile-time constant.
+template <class Body>
+HWY_INLINE void WithDType(DType type, Body&& body) {
+  switch (type) {
+    case DType::bf16: return body.template operator()<DType::bf16>();
+    case DType::fp16: return body.template operator()<DType::fp16>();
+    case DType::fp32: return body.template operator()<DType::fp32>();
+  }
 }
 
 // `count` (<= Lanes) elements at offset, offset + stride, ... (the rest zero): a
