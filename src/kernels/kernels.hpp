@@ -46,10 +46,12 @@ struct Family {
   void (*backward_columns)(const BackwardArgs&, int64_t t0, int64_t t1, const plan::ColumnItem&, int worker);
   // Backward phase 3 (nullptr: none): grad_x of tokens [t0, t1) of the chunk at chunk0, row by row.
   void (*backward_rows)(const BackwardArgs&, int64_t chunk0, int64_t t0, int64_t t1, int worker);
+  // After the last chunk: grad_phi and grad_gamma of a column item from the running totals.
+  void (*backward_finish_columns)(const BackwardArgs&, const plan::ColumnItem&);
 };
 
-// Shared by every family (cheap, scalar): grad_phi and grad_gamma of a column
-// item from the running totals; grad_bias and grad_alpha (token order, two-level).
+// Scalar forms shared by the families: grad_phi and grad_gamma of a column item
+// from the running totals; grad_bias and grad_alpha (token order, two-level).
 void backward_finish_columns(const BackwardArgs&, const plan::ColumnItem&);
 void backward_small_sums(const BackwardArgs&);
 

@@ -108,7 +108,7 @@ Status run_backward(const core::BackwardProblem& problem, void* workspace, size_
     }
     int64_t i0, i1;
     share(plan.column_items, &i0, &i1);
-    for (int64_t i = i0; i < i1; ++i) kernels::backward_finish_columns(args, plan.column_item(i, d.D));
+    for (int64_t i = i0; i < i1; ++i) kernels.backward_finish_columns(args, plan.column_item(i, d.D));
   });
   kernels::backward_small_sums(args);
   return {};

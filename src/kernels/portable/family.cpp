@@ -26,7 +26,8 @@ const Family* portable_family() {
                                 [](const core::Dims&) -> int64_t { return 0; },
                                 portable::backward_token_stats,
                                 portable::backward_columns,
-                                nullptr};
+                                nullptr,
+                                backward_finish_columns};
   return &family;
 }
 

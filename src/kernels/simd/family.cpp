@@ -47,7 +47,8 @@ const Family* simd_family() {
                                 simd::backward_chunk_floats,
                                 simd::backward_token_stats,
                                 simd::backward_columns,
-                                simd::backward_rows};
+                                simd::backward_rows,
+                                simd::backward_finish_columns};
   return &family;
 }
 

@@ -15,7 +15,6 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
@@ -156,7 +155,7 @@ static void RunStripBlock(int rows, const float* G_chunk, int64_t F, int64_t tok
 // Asks the cache for the row segments [d0, d1) of stream n of tokens [ta, tb) of a
 // per-token tensor (unit-stride rows only; others are left to the hardware).
 static void PrefetchRows(const core::Strided& s, int64_t ta, int64_t tb, int64_t n, int64_t d0, int64_t d1) {
-  if (!s.present() || ta >= tb || s.stride[3] != 1 || getenv("MHC_NO_PREFETCH")) return;
+  if (!s.present() || ta >= tb || s.stride[3] != 1) return;
   const int64_t esize = core::element_size(s.dtype);
   for (int64_t t = ta; t < tb; ++t) {
     const char* row = static_cast<const char*>(s.data) + s.at(t, n, d0) * esize;
@@ -269,6 +268,28 @@ void BackwardRows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t 
   });
 }
 
+// grad_phi = P * gamma and grad_gamma from the running totals, a vector at a time.
+void BackwardFinishColumns(const BackwardArgs& args, const plan::ColumnItem& item) {
+  const core::BackwardProblem& p = *args.problem;
+  const core::Dims& d = p.dims;
+  const DF df;
+  const int64_t L = hn::Lanes(df);
+  const float* phi_total = args.workspace + args.plan->off_phi_total;
+  const float* gamma_total = args.workspace + args.plan->off_gamma_total;
+  const int64_t gs = p.gamma.stride[3], out_cs = p.grad_phi.stride[3];
+  for (int64_t j = item.d0; j < item.d1; j += L) {
+    const int64_t width = std::min(L, item.d1 - j), k = item.n * d.D + j;
+    const VF gamma = p.gamma.present() ? LoadRow(df, p.gamma.data, DType::fp32, p.gamma.at(item.n, j), gs, width)
+                                       : hn::Set(df, 1.0f);
+    for (int64_t f = 0; f < d.F; ++f)
+      StoreRow(df, hn::Mul(LoadRow(df, phi_total, DType::fp32, f * d.K + k, 1, width), gamma), p.grad_phi.data,
+               DType::fp32, p.grad_phi.at(f, k), out_cs, width);
+    if (p.grad_gamma.present())
+      StoreRow(df, LoadRow(df, gamma_total, DType::fp32, k, 1, width), p.grad_gamma.data, DType::fp32,
+               p.grad_gamma.at(item.n, j), p.grad_gamma.stride[3], width);
+  }
+}
+
 }  // namespace mhc::kernels::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -279,6 +300,7 @@ HWY_EXPORT(BackwardScratchFloats);
 HWY_EXPORT(BackwardTokenStats);
 HWY_EXPORT(BackwardColumns);
 HWY_EXPORT(BackwardRows);
+HWY_EXPORT(BackwardFinishColumns);
 int64_t backward_chunk_floats(const core::Dims& d) { return HWY_DYNAMIC_DISPATCH(BackwardChunkFloats)(d); }
 int64_t backward_scratch_floats(const core::Dims& d) { return HWY_DYNAMIC_DISPATCH(BackwardScratchFloats)(d); }
 void backward_token_stats(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t t1, int worker) {
@@ -290,6 +312,9 @@ void backward_columns(const BackwardArgs& args, int64_t t0, int64_t t1, const pl
 }
 void backward_rows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t t1, int worker) {
   HWY_DYNAMIC_DISPATCH(BackwardRows)(args, chunk0, t0, t1, worker);
+}
+void backward_finish_columns(const BackwardArgs& args, const plan::ColumnItem& item) {
+  HWY_DYNAMIC_DISPATCH(BackwardFinishColumns)(args, item);
 }
 }  // namespace mhc::kernels::simd
 #endif

@@ -72,23 +72,34 @@ static void CastChunk(const core::ForwardProblem& p, int64_t t, int64_t k0, int6
   const int64_t xs = p.x.stride[3], gs = p.gamma.stride[3];
   VF sq = hn::Load(df, sq_lanes);
   float tail = *sq_tail;
-  for (int64_t k = k0; k < k1;) {
-    const int64_t n = k / D, j0 = k % D, j1 = std::min(D, j0 + (k1 - k));  // one stream's piece
-    const int64_t x_at = p.x.at(t, n, 0), gamma_at = p.gamma.present() ? p.gamma.at(n, 0) : 0;
-    int64_t j = j0;
-    for (; j + L <= j1; j += L) {
-      const VF v = LoadRow(df, p.x.data, p.x.dtype, x_at + j * xs, xs, L);
-      if (with_sum_sq) sq = hn::MulAdd(v, v, sq);
-      const VF u = p.gamma.present() ? hn::Mul(v, LoadRow(df, p.gamma.data, DType::fp32, gamma_at + j * gs, gs, L)) : v;
-      hn::StoreU(u, df, u_row + (n * D + j - k0));
+  const bool has_gamma = p.gamma.present(), unit = xs == 1 && (!has_gamma || gs == 1);
+  const float* gamma = static_cast<const float*>(p.gamma.data);
+  WithDType(p.x.dtype, [&]<DType T>() {
+    for (int64_t k = k0; k < k1;) {
+      const int64_t n = k / D, j0 = k % D, j1 = std::min(D, j0 + (k1 - k));  // one stream's piece
+      const int64_t x_at = p.x.at(t, n, 0), gamma_at = has_gamma ? p.gamma.at(n, 0) : 0;
+      float* u_out = u_row + (n * D - k0);
+      int64_t j = j0;
+      if (unit)
+        for (; j + L <= j1; j += L) {
+          const VF v = LoadT<T>(df, p.x.data, x_at + j);
+          if (with_sum_sq) sq = hn::MulAdd(v, v, sq);
+          hn::StoreU(has_gamma ? hn::Mul(v, hn::LoadU(df, gamma + gamma_at + j)) : v, df, u_out + j);
+        }
+      for (; j + L <= j1; j += L) {
+        const VF v = LoadRow(df, p.x.data, T, x_at + j * xs, xs, L);
+        if (with_sum_sq) sq = hn::MulAdd(v, v, sq);
+        const VF u = has_gamma ? hn::Mul(v, LoadRow(df, gamma, DType::fp32, gamma_at + j * gs, gs, L)) : v;
+        hn::StoreU(u, df, u_out + j);
+      }
+      for (; j < j1; ++j) {
+        const float v = p.x.load(x_at + j * xs);
+        if (with_sum_sq) tail += v * v;
+        u_out[j] = has_gamma ? v * p.gamma.load(gamma_at + j * gs) : v;
+      }
+      k = n * D + j1;
     }
-    for (; j < j1; ++j) {
-      const float v = p.x.load(x_at + j * xs);
-      if (with_sum_sq) tail += v * v;
-      u_row[n * D + j - k0] = p.gamma.present() ? v * p.gamma.load(gamma_at + j * gs) : v;
-    }
-    k = n * D + j1;
-  }
+  });
   for (int64_t k = k1; k < k_end; ++k) u_row[k - k0] = 0.0f;
   hn::Store(sq, df, sq_lanes);
   *sq_tail = tail;
@@ -111,7 +122,10 @@ HWY_INLINE void Tile(const float* const* u_rows, const float* const* phi_rows, i
     for (int t = 0; t < TT; ++t) u[t] = hn::Load(df, u_rows[t] + i * L);
 #pragma GCC unroll 8
     for (int f = 0; f < TR; ++f) {
-      const VF w = hn::LoadU(df, phi_rows[f] + i * L);
+      VF w = hn::LoadU(df, phi_rows[f] + i * L);
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
+      asm("" : "+v"(w.raw));  // one load reused by the tile's tokens, not re-read per FMA
+#endif
 #pragma GCC unroll 8
       for (int t = 0; t < TT; ++t) acc[t][f] = hn::MulAdd(u[t], w, acc[t][f]);
     }
@@ -144,6 +158,30 @@ static void RunTile(int tokens, int rows, const float* const* u, const float* co
     case 3: return TileRows<3>(rows, u, phi, vectors, acc);
     default: return TileRows<4>(rows, u, phi, vectors, acc);
   }
+}
+
+// h_in = sum_n h_pre[n] v[n], n ascending, for token t.
+static void HInRow(const core::ForwardProblem& p, int64_t t, const float* h_pre) {
+  const core::Dims& d = p.dims;
+  const DF df;
+  const int64_t L = hn::Lanes(df), full = d.D / L * L, xs = p.x.stride[3], hs = p.h_in.stride[3];
+  WithDType(p.x.dtype, [&]<DType T>() {  // h_in has x's dtype
+    int64_t j = 0;
+    if (xs == 1 && hs == 1)
+      for (; j < full; j += L) {
+        VF acc = hn::Zero(df);
+        for (int64_t n = 0; n < d.N; ++n)
+          acc = hn::MulAdd(hn::Set(df, h_pre[n]), LoadT<T>(df, p.x.data, p.x.at(t, n, j)), acc);
+        StoreT<T>(df, acc, p.h_in.data, p.h_in.at(t, 0, j));
+      }
+    for (; j < d.D; j += L) {
+      const int64_t count = std::min(L, d.D - j);
+      VF acc = hn::Zero(df);
+      for (int64_t n = 0; n < d.N; ++n)
+        acc = hn::MulAdd(hn::Set(df, h_pre[n]), LoadRow(df, p.x.data, T, p.x.at(t, n, j), xs, count), acc);
+      StoreRow(df, acc, p.h_in.data, T, p.h_in.at(t, 0, j), hs, count);
+    }
+  });
 }
 
 void ForwardTokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) {
@@ -208,15 +246,7 @@ void ForwardTokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) 
   for (int64_t t = 0; t < tokens; ++t) {
     const float sum_sq = FoldLanes(df, hn::Load(df, s.sum_sq + t * L)) + s.sum_sq[tokens * L + t];
     forward_token_finish(p, t0 + t, sum_sq, s.m + t * d.F, s.h_pre);
-    for (int64_t j = 0; j < d.D; j += L) {  // h_in = sum_n h_pre[n] v[n], n ascending
-      const int64_t count = std::min(L, d.D - j);
-      VF acc = hn::Zero(df);
-      for (int64_t n = 0; n < d.N; ++n) {
-        const VF v = LoadRow(df, p.x.data, p.x.dtype, p.x.at(t0 + t, n, j), p.x.stride[3], count);
-        acc = hn::MulAdd(hn::Set(df, s.h_pre[n]), v, acc);
-      }
-      StoreRow(df, acc, p.h_in.data, p.h_in.dtype, p.h_in.at(t0 + t, 0, j), p.h_in.stride[3], count);
-    }
+    HInRow(p, t0 + t, s.h_pre);
   }
 }
 

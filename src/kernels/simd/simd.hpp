@@ -9,7 +9,7 @@ namespace mhc::kernels::simd {
 
 // Rows of phi per pass of the forward GEMM, and columns per chunk of u.
 inline constexpr int64_t kRowsPerPass = 80;
-inline constexpr int64_t kChunkColumns = 512;
+inline constexpr int64_t kChunkColumns = 2048;
 
 int64_t forward_scratch_floats(const core::Dims& d);
 void forward_tokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker);
@@ -19,5 +19,6 @@ void backward_token_stats(const BackwardArgs& args, int64_t chunk0, int64_t t0, 
 void backward_columns(const BackwardArgs& args, int64_t t0, int64_t t1, const plan::ColumnItem& item,
                       int worker);
 void backward_rows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t t1, int worker);
+void backward_finish_columns(const BackwardArgs& args, const plan::ColumnItem& item);
 
 }  // namespace mhc::kernels::simd
