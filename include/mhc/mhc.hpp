@@ -23,7 +23,7 @@ inline constexpr int kMaxRank = MHC_MAX_RANK;
 
 // A non-owning view of a strided tensor. The library reads inputs through it and
 // writes outputs through it; it never keeps the pointer after a call returns.
-struct TensorView {
+struct MHC_API TensorView {
   void* data = nullptr;
   DType dtype = DType::fp32;
   int32_t rank = 0;
@@ -98,7 +98,7 @@ struct PreForwardOutputs {
   std::optional<TensorView> h_mix;    // [.., F] fp32   } all or none
   std::optional<TensorView> h_pre;    // [.., N] fp32   }
 };
-Status pre_forward(const PreForwardInputs& in, const PreForwardOutputs& out,
+MHC_API Status pre_forward(const PreForwardInputs& in, const PreForwardOutputs& out,
                    const Options& options = {});
 
 // Backward MhcPreBackward (SPEC §3).
@@ -123,11 +123,11 @@ struct PreBackwardOutputs {
   TensorView grad_bias;   // [F] fp32
   std::optional<TensorView> grad_gamma;  // [N, D] fp32, required iff gamma is given
 };
-Status pre_backward(const PreBackwardInputs& in, const PreBackwardOutputs& out,
+MHC_API Status pre_backward(const PreBackwardInputs& in, const PreBackwardOutputs& out,
                     const Options& options = {});
 
 // The kernel family chosen at run time ("avx512", "avx2", "portable", "reference");
 // MHC_ISA in the environment forces one.
-const char* isa();
+MHC_API const char* isa();
 
 }  // namespace mhc

@@ -26,6 +26,8 @@ run(${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR}/build -G Ninja
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run(${WORK_DIR}/build/consumer_c)
 run(${WORK_DIR}/build/consumer_cxx)
+run(${WORK_DIR}/build/consumer_api)
+run(${WORK_DIR}/build/consumer_api_static)
 
 # 2. plain include and library paths, as a CANN Makefile would have them
 set(link -L${prefix}/${LIBDIR} -lmhc_aclnn -Wl,-rpath,${prefix}/${LIBDIR} -lm)
