@@ -231,6 +231,8 @@ void BackwardRows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t 
   const bool has_gamma = p.gamma.present(), has_post = p.grad_x_post.present();
   const bool unit = ghs == 1 && (!has_gamma || gs == 1) && (!has_post || posts == 1) && outs == 1;
   const float* gamma = static_cast<const float*>(p.gamma.data);
+  // grad_x far larger than the caches: stream it to memory.
+  const bool stream = d.T * d.K * core::element_size(p.grad_x.dtype) > kStreamBytes;
   WithDType(p.x.dtype, [&]<DType T>() {  // grad_h_in, grad_x_post and grad_x have x's dtype
     for (int64_t t = t0; t < t1; ++t) {
       const VF c = hn::Set(df, c_all[t]);
@@ -250,7 +252,8 @@ void BackwardRows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t 
             gx = has_gamma ? hn::MulAdd(hn::LoadU(df, gamma + gamma_at + j), gu, gx) : hn::Add(gx, gu);
             gx = hn::MulAdd(c, hn::Load(df, v_tile), gx);
             if (has_post) gx = hn::Add(gx, LoadT<T>(df, p.grad_x_post.data, post_at + j));
-            StoreT<T>(df, gx, p.grad_x.data, out_at + j);
+            if (stream) StreamT<T>(df, gx, p.grad_x.data, out_at + j);
+            else StoreT<T>(df, gx, p.grad_x.data, out_at + j);
           }
         for (; j < d.D; j += L, v_tile += kTileVectors * L, gu_tile += kTileVectors * L) {
           const int64_t width = std::min(L, d.D - j);
@@ -266,6 +269,7 @@ void BackwardRows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t 
       }
     }
   });
+  if (stream) hwy::FlushStream();
 }
 
 // grad_phi = P * gamma and grad_gamma from the running totals, a vector at a time.

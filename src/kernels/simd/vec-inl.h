@@ -89,6 +89,25 @@ HWY_INLINE void StoreT(DF df, VF v, void* base, int64_t offset) {
   else hn::StoreU(v, df, static_cast<float*>(base) + offset);
 }
 
+// As StoreT, but with a non-temporal (streaming) store when the address allows:
+// for outputs far larger than the caches, this skips reading each line before
+// writing it. Callers end with hwy::FlushStream().
+template <DType T>
+HWY_INLINE void StreamT(DF df, VF v, void* base, int64_t offset) {
+  if constexpr (T == DType::fp32) {
+    float* p = static_cast<float*>(base) + offset;
+    if (reinterpret_cast<uintptr_t>(p) % sizeof(VF) == 0) return hn::Stream(v, df, p);
+    return hn::StoreU(v, df, p);
+  } else {
+    uint16_t* p = static_cast<uint16_t*>(base) + offset;
+    const hn::Rebind<uint16_t, DF> du16;
+    HWY_ALIGN uint16_t lanes[hn::MaxLanes(du16)];
+    if (reinterpret_cast<uintptr_t>(p) % (sizeof(uint16_t) * hn::Lanes(du16)) != 0) return StoreT<T>(df, v, base, offset);
+    StoreT<T>(df, v, lanes, 0);
+    hn::Stream(hn::Load(du16, lanes), du16, p);
+  }
+}
+
 // Calls body.template operator()<T>() with the dtype as a compile-time constant.
 template <class Body>
 HWY_INLINE void WithDType(DType type, Body&& body) {
