@@ -10,6 +10,7 @@ The native library is bound through its C ABI with ctypes (see _lib.py).
 from . import _lib
 from .autograd import MhcPreFunction, mhc_pre
 from .ops import get_num_threads, npu_mhc_pre, npu_mhc_pre_backward, set_num_threads
+from . import nn  # mhc.nn.MhcPre, the pre block as a torch.nn.Module
 
 __version__ = _lib.version()
 

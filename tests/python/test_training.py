@@ -1,0 +1,274 @@
+"""mhc.nn.MhcPre as a torch module, and training with it (examples/train_tiny.py):
+the module's init, state_dict, gradients and agreement with mhc.mhc_pre; a short run
+against the torch-ops reference; DDP over 2 gloo processes on 127.0.0.1 against a
+single process on the same global batches."""
+import copy
+import importlib.util
+import io
+import math
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import mhc
+import mhc.nn
+from conftest import REPO, assert_same_bits
+
+EXAMPLE = os.path.join(REPO, "examples", "train_tiny.py")
+MHC_PARAMS = ("phi", "alpha", "bias", "gamma")
+DDP_TIMEOUT = 60  # seconds for the whole 2-process run (it takes ~5 s)
+
+
+def load_example():
+    """examples/train_tiny.py as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("train_tiny", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def make_x(layout, n, d, dtype=torch.float32, seed=1000):
+    # A seed no module is initialised with: x drawn from the same stream as phi would
+    # align with phi's rows and give atypically large logits.
+    gen = torch.Generator().manual_seed(seed)
+    lead = (2, 5) if layout == "BSND" else (10,)
+    return torch.randn(lead + (n, d), generator=gen).to(dtype)
+
+
+def full_loss(h_in, h_post, h_res, seed=1):
+    """A loss touching every output with random weights (so no gradient cancels)."""
+    gen = torch.Generator().manual_seed(seed)
+    return ((h_in.float() * torch.randn(h_in.shape, generator=gen)).sum()
+            + (h_post * torch.randn(h_post.shape, generator=gen)).sum()
+            + (h_res * torch.randn(h_res.shape, generator=gen)).sum())
+
+
+# ------------------------------------------------------------------ mhc.nn.MhcPre
+
+@pytest.mark.parametrize("layout", ["BSND", "TND"])
+@pytest.mark.parametrize("n", [4, 2])
+@pytest.mark.parametrize("gamma", [True, False], ids=["gamma", "nogamma"])
+def test_init_gives_mean_in_unit_post_identity_res(layout, n, gamma):
+    d = 32
+    torch.manual_seed(0)
+    pre = mhc.nn.MhcPre(n, d, gamma=gamma)
+    # The static part, exactly: sigma(bias_pre) + hc_eps = 1/N, bias_post = 0, bias_res = I.
+    b = pre.bias.detach()
+    assert torch.allclose(torch.sigmoid(b[:n]) + pre.hc_eps, torch.full((n,), 1.0 / n), atol=1e-6)
+    assert torch.equal(b[n:2 * n], torch.zeros(n))
+    assert torch.equal(b[2 * n:].view(n, n), torch.eye(n))
+    assert torch.equal(pre.alpha.detach(), torch.full((3,), 0.01))
+    assert float(pre.phi.detach().std()) == pytest.approx(1 / math.sqrt(n * d), rel=0.15)
+    if gamma:
+        assert torch.equal(pre.gamma.detach(), torch.ones(n, d))
+
+    x = make_x(layout, n, d)
+    with torch.no_grad():
+        h_in, h_post, h_res = pre(x)
+        h_pre = mhc.npu_mhc_pre(x, pre.phi, pre.alpha, pre.bias, gamma=pre.gamma, out_flag=1)[5]
+    # Dynamic part: alpha (0.01) times logits of order one.
+    assert torch.allclose(h_pre, torch.full_like(h_pre, 1.0 / n), atol=0.02)
+    assert torch.allclose(h_post, torch.ones_like(h_post), atol=0.05)
+    assert torch.allclose(h_res, torch.eye(n).expand_as(h_res), atol=0.1)
+    assert torch.allclose(h_in, x.mean(-2), atol=0.05 * float(x.abs().max()))
+
+
+def test_parameters_are_fp32_with_the_spec_shapes():
+    n, d = 4, 16
+    f = 2 * n + n * n
+    pre = mhc.nn.MhcPre(n, d)
+    shapes = {name: tuple(p.shape) for name, p in pre.named_parameters()}
+    assert shapes == {"phi": (f, n * d), "alpha": (3,), "bias": (f,), "gamma": (n, d)}
+    assert all(p.dtype == torch.float32 and p.requires_grad for p in pre.parameters())
+    assert pre.fusion_size == f
+    assert list(mhc.nn.MhcPre(n, d, gamma=False).state_dict()) == ["phi", "alpha", "bias"]
+    assert mhc.nn.MhcPre(n, d, gamma=False).gamma is None
+
+
+def test_extra_repr_and_shape_errors():
+    pre = mhc.nn.MhcPre(4, 64, gamma=False, norm_eps=1e-5)
+    assert repr(pre) == "MhcPre(n_streams=4, hidden=64, gamma=False, norm_eps=1e-05, hc_eps=1e-06)"
+    with pytest.raises(ValueError, match=r"\[B,S,4,64\] or \[T,4,64\]"):
+        pre(torch.randn(3, 4, 32))
+    with pytest.raises(ValueError):
+        pre(torch.randn(12, 64))
+    with pytest.raises(ValueError):
+        mhc.nn.MhcPre(0, 8)
+
+
+def test_state_dict_round_trip():
+    torch.manual_seed(1)
+    src = mhc.nn.MhcPre(4, 48)
+    with torch.no_grad():  # move away from the init so the round trip is not trivial
+        for p in src.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    buf = io.BytesIO()
+    torch.save(src.state_dict(), buf)
+    buf.seek(0)
+    torch.manual_seed(2)
+    dst = mhc.nn.MhcPre(4, 48)
+    assert not torch.equal(dst.phi, src.phi)
+    dst.load_state_dict(torch.load(buf))
+    for name, p in src.state_dict().items():
+        assert_same_bits(name, p, dst.state_dict()[name], "after load_state_dict")
+    x = make_x("BSND", 4, 48, torch.bfloat16)
+    for a, b, name in zip(src(x), dst(x), ("h_in", "h_post", "h_res")):
+        assert_same_bits(name, a.detach(), b.detach(), "loaded module")
+    # strict loading catches a gamma mismatch, as for any module
+    with pytest.raises(RuntimeError):
+        mhc.nn.MhcPre(4, 48, gamma=False).load_state_dict(src.state_dict())
+
+
+@pytest.mark.parametrize("layout", ["BSND", "TND"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("gamma", [True, False], ids=["gamma", "nogamma"])
+def test_module_equals_functional_and_grads_reach_every_parameter(layout, dtype, gamma):
+    dt = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+    n, d = 4, 40
+    torch.manual_seed(3)
+    pre = mhc.nn.MhcPre(n, d, gamma=gamma)
+    x = make_x(layout, n, d, dt).requires_grad_()
+    outs = pre(x)
+    assert outs[0].dtype == dt and outs[1].dtype == torch.float32 and outs[2].dtype == torch.float32
+    lead = tuple(x.shape[:-2])
+    assert [tuple(o.shape) for o in outs] == [lead + (d,), lead + (n,), lead + (n, n)]
+    full_loss(*outs).backward()
+
+    # The same tensors fed to mhc.mhc_pre directly: the same bits, forward and backward.
+    leaves = {k: getattr(pre, k).detach().clone().requires_grad_() for k in MHC_PARAMS
+              if getattr(pre, k) is not None}
+    x2 = x.detach().clone().requires_grad_()
+    outs2 = mhc.mhc_pre(x2, leaves["phi"], leaves["alpha"], leaves["bias"], leaves.get("gamma"),
+                        pre.norm_eps, pre.hc_eps)
+    full_loss(*outs2).backward()
+    for name, a, b in zip(("h_in", "h_post", "h_res"), outs, outs2):
+        assert_same_bits(name, a.detach(), b.detach(), "module vs mhc.mhc_pre")
+    assert_same_bits("grad_x", x.grad, x2.grad, "module vs mhc.mhc_pre")
+    assert x.grad.dtype == dt
+
+    names = [name for name, _ in pre.named_parameters()]
+    assert names == [k for k in MHC_PARAMS if k != "gamma" or gamma]
+    for name, p in pre.named_parameters():
+        assert p.grad is not None, f"{name}: no gradient"
+        assert p.grad.dtype == torch.float32 and p.grad.shape == p.shape
+        assert bool(torch.isfinite(p.grad).all()), name
+        assert float(p.grad.abs().max()) > 0, f"{name}: zero gradient"
+        assert_same_bits("grad_" + name, p.grad, leaves[name].grad, "module vs mhc.mhc_pre")
+
+
+def test_module_cast_and_bf16_activations():
+    """x in bf16 leaves the fp32 parameters alone; a module cast to bf16 still runs
+    (forward upcasts), and its parameters get bf16 gradients, like any module."""
+    torch.manual_seed(4)
+    pre = mhc.nn.MhcPre(4, 32)
+    x = make_x("TND", 4, 32, torch.bfloat16)
+    pre(x)
+    assert all(p.dtype == torch.float32 for p in pre.parameters())
+    cast = copy.deepcopy(pre).bfloat16()
+    assert all(p.dtype == torch.bfloat16 for p in cast.parameters())
+    full_loss(*cast(x)).backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.bfloat16 for p in cast.parameters())
+    back = cast.float()
+    assert all(p.dtype == torch.float32 for p in back.parameters())
+
+
+def test_example_reference_pre_block_matches_mhc():
+    """The example's torch-ops pre block (its --reference) agrees with the library."""
+    tt = load_example()
+    torch.manual_seed(5)
+    ours = mhc.nn.MhcPre(4, 64)
+    with torch.no_grad():
+        ours.alpha.copy_(torch.tensor([0.7, 0.4, 0.3]))
+        ours.gamma.add_(0.3 * torch.randn_like(ours.gamma))
+    ref = tt.ReferenceMhcPre(4, 64)
+    ref.load_state_dict(ours.state_dict())
+    x = make_x("BSND", 4, 64)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    oa, ob = ours(xa), ref(xb)
+    for a, b in zip(oa, ob):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    full_loss(*oa).backward()
+    full_loss(*ob).backward()
+    torch.testing.assert_close(xa.grad, xb.grad, rtol=1e-4, atol=1e-5)
+    for name in MHC_PARAMS:
+        ga, gb = getattr(ours, name).grad, getattr(ref, name).grad
+        torch.testing.assert_close(ga, gb, rtol=1e-4, atol=1e-5 * float(gb.abs().max()))
+
+
+# ----------------------------------------------------------------------- training
+
+TINY = ["--hidden", "64", "--streams", "4", "--layers", "1", "--heads", "2", "--seq", "16",
+        "--batch", "8", "--plot", "none"]
+
+
+@pytest.fixture
+def torch_threads():
+    saved = torch.get_num_threads()
+    yield
+    torch.set_num_threads(saved)
+
+
+def test_compare_mode_tracks_reference(torch_threads, capsys):
+    tt = load_example()
+    assert tt.main(TINY + ["--compare", "--steps", "12"]) == 0
+    out = capsys.readouterr().out
+    assert "PASS: max relative loss difference" in out
+    worst = float(out.split("max relative loss difference over 12 steps: ")[1].split()[0])
+    assert worst < 1e-4, out
+
+
+@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                    reason="torch.distributed with gloo is not available")
+def test_ddp_two_processes_match_single_process(tmp_path, torch_threads):
+    """DDP (gloo, 2 processes, 127.0.0.1, port picked at run time) for a few SGD steps on
+    fixed global batches: both ranks end bitwise identical, and equal to one process on
+    the whole global batch within fp32 rounding. SGD keeps the comparison linear in
+    the gradients (Adam's first step is ~lr*sign(g), which would magnify rounding
+    noise in near-zero gradients)."""
+    steps = 3
+    argv = TINY + ["--optim", "sgd", "--lr", "0.5", "--steps", str(steps)]
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python") + os.pathsep
+               + os.environ.get("PYTHONPATH", ""), GLOO_SOCKET_IFNAME="lo",
+               MASTER_ADDR="127.0.0.1")
+    # Its own session, so that on a timeout the launcher and the ranks it spawned go together.
+    proc = subprocess.Popen([sys.executable, EXAMPLE, "--ddp", "2", "--dump-dir", str(tmp_path)] + argv,
+                            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=DDP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"DDP run exceeded {DDP_TIMEOUT} s:\n{stdout}\n{stderr}")
+    assert proc.returncode == 0, stdout + stderr
+    assert "gloo on 127.0.0.1:" in stdout
+    dumps = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    # each rank trained on its own half of the global batch ...
+    assert dumps[0]["losses"] != dumps[1]["losses"]
+    ranks = [d["state_dict"] for d in dumps]
+    # ... yet, the gradients being all-reduced, they hold the same parameters
+    for name in ranks[0]:
+        assert_same_bits(name, ranks[0][name], ranks[1][name], "rank 0 vs rank 1")
+
+    tt = load_example()
+    args = tt.parse_args(argv)
+    single = tt.run_single(args, reference=False, log=False).model.state_dict()
+    init = tt.build_model(args, reference=False).state_dict()
+    assert ranks[0].keys() == single.keys()
+    worst = {}
+    for name, want in single.items():
+        got = ranks[0][name]
+        moved = float((want - init[name]).abs().max())
+        worst[name] = float((got - want).abs().max())
+        # fp32 rounding of differently ordered sums: relative to the parameter's scale
+        # and to how far the steps moved it.
+        scale = float(want.abs().max())
+        assert worst[name] <= 1e-5 * scale + 1e-4 * moved + 1e-7, (name, worst[name], scale, moved)
+        if name.split(".")[-1] in MHC_PARAMS:
+            assert moved > 1e3 * worst[name], f"{name}: moved {moved:.3g}, diff {worst[name]:.3g}"
+    print(f"ddp vs single-process max |param diff| {max(worst.values()):.3e} "
+          f"(mHC params {max(v for k, v in worst.items() if k.split('.')[-1] in MHC_PARAMS):.3e})")
