@@ -1,5 +1,8 @@
 // The C++ face: validate, get a workspace, run. Nothing else.
 #include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <new>
 #include <string>
 
 #include "kernels/kernels.hpp"
@@ -21,31 +24,44 @@ TensorView::TensorView(const void* ptr, DType type, std::initializer_list<int64_
 
 TensorView::TensorView(const void* ptr, DType type, std::initializer_list<int64_t> dims)
     : TensorView(ptr, type, dims, {}) {
+  // Saturated where the product overflows: validation then rejects the view
+  // (its element count or extent overflows) instead of the constructor
+  // overflowing a signed integer.
   int64_t stride = 1;
   for (int i = std::min<int>(rank, kMaxRank) - 1; i >= 0; --i) {
     strides[i] = stride;
-    stride *= shape[i];
+    if (__builtin_mul_overflow(stride, shape[i], &stride)) stride = INT64_MAX;
   }
 }
 
+// INT64_MAX when the product overflows (negative dims are multiplied as given).
 int64_t TensorView::numel() const {
   int64_t n = 1;
-  for (int i = 0; i < rank && i < kMaxRank; ++i) n *= shape[i];
+  for (int i = 0; i < rank && i < kMaxRank; ++i)
+    if (__builtin_mul_overflow(n, shape[i], &n)) return INT64_MAX;
   return n;
 }
 
 namespace {
 
 // Validated problem -> workspace (the calling thread's, reused across calls) -> run;
-// an allocation failure is reported before any output is written.
+// an allocation failure is reported before any output is written. No exception
+// leaves the C++ face either: the float64 reference (MHC_ISA=reference) allocates
+// its scratch, and may find no memory before it writes anything.
 template <class Problem, class SizeFn, class RunFn>
 Status allocate_and_run(const Problem& problem, int threads, SizeFn size_of, RunFn run) {
-  const size_t bytes = size_of(problem, threads);
-  void* workspace = bytes > 0 ? runtime::thread_workspace(bytes) : nullptr;
-  if (bytes > 0 && workspace == nullptr)
-    return {StatusCode::runtime_error, ErrorKind::runtime,
-            "workspace: could not allocate " + std::to_string(bytes) + " bytes"};
-  return run(problem, workspace, bytes, threads);
+  try {
+    const size_t bytes = size_of(problem, threads);
+    void* workspace = bytes > 0 ? runtime::thread_workspace(bytes) : nullptr;
+    if (bytes > 0 && workspace == nullptr)
+      return {StatusCode::runtime_error, ErrorKind::runtime,
+              "workspace: could not allocate " + std::to_string(bytes) + " bytes"};
+    return run(problem, workspace, bytes, threads);
+  } catch (const std::bad_alloc&) {
+    return {StatusCode::runtime_error, ErrorKind::runtime, "out of memory"};
+  } catch (const std::exception& e) {
+    return {StatusCode::internal_error, ErrorKind::runtime, std::string("internal error: ") + e.what()};
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -21,11 +22,28 @@ class Pool {
     for (auto& t : threads_) t.join();
   }
 
-  // Returns false (and does nothing) when another caller holds the pool.
-  bool try_run(int64_t items, int workers, const std::function<void(int64_t, int)>& body) {
-    std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
-    if (!busy.owns_lock()) return false;
-    ensure_threads(workers - 1);
+  // The pool for one job, or an empty lease when another caller holds it.
+  std::unique_lock<std::mutex> try_acquire() { return std::unique_lock<std::mutex>(busy_, std::try_to_lock); }
+
+  // At least `helpers` helper threads if the system gives them; returns how many
+  // can help (<= helpers). A refused thread (std::system_error) is not an error:
+  // the job runs on the threads there are. Call with the lease held.
+  int grow(int helpers) {
+    while (int(threads_.size()) < helpers) {
+      const int index = int(threads_.size()) + 1;
+      try {
+        threads_.emplace_back([this, index] { loop(index); });
+      } catch (const std::exception&) {
+        break;
+      }
+    }
+    return std::min(helpers, int(threads_.size()));
+  }
+
+  // body(item, worker) for every item on `workers` workers (the caller is worker
+  // 0, helpers 1..workers-1); returns when all are done. Call with the lease held
+  // and workers - 1 <= grow(...).
+  void run(int64_t items, int workers, const std::function<void(int64_t, int)>& body) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       body_ = &body;
@@ -35,11 +53,16 @@ class Pool {
       ++generation_;
     }
     wake_.notify_all();
-    run_share(0);  // the caller is worker 0
+    std::exception_ptr failure;
+    try {
+      run_share(0);  // the caller is worker 0
+    } catch (...) {
+      failure = std::current_exception();  // the helpers still use body: wait for them first
+    }
     std::unique_lock<std::mutex> lock(mutex_);
     done_.wait(lock, [&] { return pending_ == 0; });
     body_ = nullptr;
-    return true;
+    if (failure) std::rethrow_exception(failure);
   }
 
  private:
@@ -93,29 +116,45 @@ Pool& pool() {
 int default_thread_count() {
   if (const char* env = std::getenv("MHC_NUM_THREADS")) {
     const int n = std::atoi(env);
-    if (n > 0) return std::min(n, 1024);
+    if (n > 0) return std::min(n, kMaxThreads);
   }
-  return std::max(1u, std::thread::hardware_concurrency());
+  return int(std::clamp(std::thread::hardware_concurrency(), 1u, unsigned(kMaxThreads)));
 }
 
 void parallel_for(int64_t items, int threads,
                   const std::function<void(int64_t item, int worker)>& body) {
   if (items <= 0) return;
-  const int workers = int(std::clamp<int64_t>(threads, 1, items));
-  if (workers > 1 && pool().try_run(items, workers, body)) return;
+  int workers = int(std::clamp<int64_t>(threads, 1, std::min<int64_t>(items, kMaxThreads)));
+  if (workers > 1) {
+    std::unique_lock<std::mutex> lease = pool().try_acquire();
+    if (lease.owns_lock()) {
+      workers = std::min(workers, pool().grow(workers - 1) + 1);
+      if (workers > 1) {
+        pool().run(items, workers, body);
+        return;
+      }
+    }
+  }
   // One worker, or the pool is busy with another caller: run here as worker 0.
   for (int64_t i = 0; i < items; ++i) body(i, 0);
 }
 
 void parallel_region(int threads,
                      const std::function<void(int worker, int workers, Barrier& barrier)>& body) {
-  const int workers = std::max(1, threads);
+  int workers = std::clamp(threads, 1, kMaxThreads);
   if (workers > 1) {
-    Barrier barrier(workers);
-    const std::function<void(int64_t, int)> each = [&](int64_t item, int) {
-      body(int(item), workers, barrier);
-    };
-    if (pool().try_run(workers, workers, each)) return;  // one item per worker: all concurrent
+    std::unique_lock<std::mutex> lease = pool().try_acquire();
+    if (lease.owns_lock()) {
+      workers = std::min(workers, pool().grow(workers - 1) + 1);
+      if (workers > 1) {
+        Barrier barrier(workers);
+        const std::function<void(int64_t, int)> each = [&](int64_t item, int) {
+          body(int(item), workers, barrier);
+        };
+        pool().run(workers, workers, each);  // one item per worker: all concurrent
+        return;
+      }
+    }
   }
   Barrier alone(1);
   body(0, 1, alone);

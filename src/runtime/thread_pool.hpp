@@ -14,13 +14,19 @@
 
 namespace mhc::runtime {
 
+// At most this many workers run one call (more requested are not used): the
+// pool never holds more than kMaxThreads - 1 threads.
+inline constexpr int kMaxThreads = 1024;
+
 // Threads a call uses by default: MHC_NUM_THREADS if set (> 0), else the
-// hardware threads.
+// hardware threads; at most kMaxThreads.
 int default_thread_count();
 
 // Run body(item, worker) for item in [0, items) on up to `threads` workers
 // (worker in [0, threads)); returns when all items are done. Each worker takes
-// a contiguous range of items.
+// a contiguous range of items. Fewer workers than asked when the pool is held
+// by another caller (then one: the caller), the system refuses threads, or
+// threads > kMaxThreads; results never depend on the count.
 void parallel_for(int64_t items, int threads,
                   const std::function<void(int64_t item, int worker)>& body);
 

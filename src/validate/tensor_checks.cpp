@@ -76,7 +76,7 @@ Status check_view(const char* name, const TensorView& v) {
   }
   const int64_t esize = core::element_size(v.dtype);
   int64_t last_byte;
-  if (__builtin_mul_overflow(last + 1, esize, &last_byte) ||
+  if (__builtin_add_overflow(last, 1, &last_byte) || __builtin_mul_overflow(last_byte, esize, &last_byte) ||
       uint64_t(last_byte) > UINTPTR_MAX - reinterpret_cast<uintptr_t>(v.data))
     return layout_error(name, "byte extent overflows the address space");
   if (v.data == nullptr) return null_error(name, "data pointer is null");

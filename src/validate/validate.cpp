@@ -27,6 +27,19 @@ int64_t factorial_saturated(int64_t n) {
   return f;
 }
 
+// The largest operand size the operators take: 2^44 elements (64 TiB of fp32),
+// beyond any machine's memory. The products of the problem's sizes that size
+// operands and workspaces (T*K, F*K, T*F) are held to it here, so that no later
+// size computation can overflow 64 bits: an input broadcast with stride 0, or an
+// empty batch, describes any dims in a few bytes.
+constexpr int64_t kMaxOperandElements = int64_t(1) << 44;
+const char* const kMaxOperandText = "2^44 elements, more than any machine's memory";
+
+// *product = a * b, false if that overflows or exceeds kMaxOperandElements.
+bool within_limit(int64_t a, int64_t b, int64_t* product) {
+  return !__builtin_mul_overflow(a, b, product) && *product <= kMaxOperandElements;
+}
+
 // What x tells: layout, B, S, T, N, D, dtype.
 struct TokenSpace {
   core::Dims dims;
@@ -61,12 +74,14 @@ Status check_x(const char* name, const TensorView& x, TokenSpace* space) {
   d.bsnd = x.rank == 4;
   d.B = d.bsnd ? x.shape[0] : 1;
   d.S = d.bsnd ? x.shape[1] : x.shape[0];
-  d.T = d.B * d.S;
   d.N = x.shape[x.rank - 2];
   d.D = x.shape[x.rank - 1];
   if (d.N < 1 || d.D < 1)
     return validate::shape_error(name, "N >= 1 and D >= 1 in [B,S,N,D] or [T,N,D]", x);
-  d.K = d.N * d.D;
+  d.T = d.B * d.S;  // cannot overflow: x's element count B*S*N*D fits, N and D are >= 1
+  int64_t tokens_elements;  // an empty batch (T = 0) passes check_view whatever N and D are
+  if (!within_limit(d.N, d.D, &d.K) || !within_limit(d.T, d.K, &tokens_elements))
+    return validate::shape_error(name, std::string("N*D and T*N*D of at most ") + kMaxOperandText, x);
   space->dtype = x.dtype;
   return {};
 }
@@ -77,7 +92,9 @@ Status check_phi_alpha(const char* phi_name, const TensorView& phi, const char* 
   MHC_RETURN_IF_ERROR(validate::check_view(phi_name, phi));
   MHC_RETURN_IF_ERROR(validate::check_dtype(phi_name, phi, DType::fp32));
   const int64_t N = d->N, fact = factorial_saturated(N);
-  const int64_t f_square = 2 * N + N * N;
+  int64_t f_square;  // 2N + N*N, saturated (only compared against a tensor dim)
+  if (__builtin_mul_overflow(N, N, &f_square) || __builtin_add_overflow(f_square, 2 * N, &f_square))
+    f_square = INT64_MAX;
   const int64_t f_perm = fact > INT64_MAX - 2 * N ? INT64_MAX : 2 * N + fact;
   const bool rows_ok = phi.rank == 2 && phi.shape[1] == d->K &&
                        (phi.shape[0] == f_square || phi.shape[0] == f_perm || phi.shape[0] == 2 * N);
@@ -90,6 +107,9 @@ Status check_phi_alpha(const char* phi_name, const TensorView& phi, const char* 
     return validate::shape_error(phi_name, expected, phi);
   }
   d->F = phi.shape[0];
+  int64_t phi_elements, mix_elements;
+  if (!within_limit(d->F, d->K, &phi_elements) || !within_limit(d->T, d->F, &mix_elements))
+    return validate::shape_error(phi_name, std::string("F*K and T*F of at most ") + kMaxOperandText, phi);
   d->R = d->F - 2 * N;
   d->two_entry_alpha = d->R == 0;
   MHC_RETURN_IF_ERROR(validate::check_view(alpha_name, alpha));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <initializer_list>
 #include <memory>
@@ -25,6 +26,19 @@ namespace mhc::aclnn {
 void set_recent_error(std::string message);
 // Records `message` and returns `code` (for `return fail(...)`).
 int fail(int code, std::string message);
+
+// --- enum arguments ---
+// The int a C caller passed for an enum parameter (aclDataType, aclFormat,
+// aclrtMemcpyKind). C allows any int there, but in C++ a value outside the
+// enumerators' range is undefined behaviour when loaded as the enum; the bits
+// are read instead, and checked as an int.
+template <class Enum>
+int32_t enum_value(const Enum& e) {
+  static_assert(sizeof(Enum) == sizeof(int32_t), "C enums are int-sized here");
+  int32_t v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
 
 // --- handles ---
 // Handles given to the caller (streams, contexts, tensors, executors) are ids,

@@ -248,7 +248,7 @@ aclError aclrtMallocHost(void** hostPtr, size_t size) { return allocate("aclrtMa
 aclError aclrtFreeHost(void* hostPtr) { return release("aclrtFreeHost", hostPtr); }
 
 aclError aclrtMemcpy(void* dst, size_t destMax, const void* src, size_t count, aclrtMemcpyKind kind) {
-  return copy("aclrtMemcpy", dst, destMax, src, count, kind);
+  return copy("aclrtMemcpy", dst, destMax, src, count, enum_value(kind));
 }
 
 aclError aclrtMemset(void* devPtr, size_t maxCount, int32_t value, size_t count) {
@@ -258,7 +258,7 @@ aclError aclrtMemset(void* devPtr, size_t maxCount, int32_t value, size_t count)
 aclError aclrtMemcpyAsync(void* dst, size_t destMax, const void* src, size_t count, aclrtMemcpyKind kind,
                           aclrtStream stream) {
   if (aclError e = check_stream("aclrtMemcpyAsync", stream); e != ACL_SUCCESS) return e;
-  return copy("aclrtMemcpyAsync", dst, destMax, src, count, kind);
+  return copy("aclrtMemcpyAsync", dst, destMax, src, count, enum_value(kind));
 }
 
 aclError aclrtMemsetAsync(void* devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream stream) {

@@ -14,8 +14,8 @@ struct Tensor {
   std::vector<int64_t> strides;  // elements
   std::vector<int64_t> storage_dims;
   bool has_storage = false;
-  aclDataType dtype = ACL_DT_UNDEFINED;
-  aclFormat format = ACL_FORMAT_ND;
+  int32_t dtype = ACL_DT_UNDEFINED;  // aclDataType, as passed (any int)
+  int32_t format = ACL_FORMAT_ND;    // aclFormat, as passed (any int)
   int64_t offset = 0;  // elements
   void* data = nullptr;
 };
@@ -34,7 +34,7 @@ std::string dims_string(const std::vector<int64_t>& dims) {
   return s + "]";
 }
 
-const char* private_format_name(aclFormat format) {
+const char* private_format_name(int32_t format) {
   switch (format) {
     case ACL_FORMAT_NC1HWC0: return "ACL_FORMAT_NC1HWC0";
     case ACL_FORMAT_FRACTAL_Z: return "ACL_FORMAT_FRACTAL_Z";
@@ -47,7 +47,7 @@ const char* private_format_name(aclFormat format) {
 }
 
 // Formats that describe plain row-major memory (the dims say everything).
-bool is_plain_format(aclFormat format) {
+bool is_plain_format(int32_t format) {
   switch (format) {
     case ACL_FORMAT_NCHW: case ACL_FORMAT_NHWC: case ACL_FORMAT_ND: case ACL_FORMAT_HWCN:
     case ACL_FORMAT_NDHWC: case ACL_FORMAT_NCDHW: case ACL_FORMAT_NC: case ACL_FORMAT_NCL:
@@ -57,7 +57,7 @@ bool is_plain_format(aclFormat format) {
   }
 }
 
-bool to_mhc_dtype(aclDataType dtype, DType* out) {
+bool to_mhc_dtype(int32_t dtype, DType* out) {
   switch (dtype) {
     case ACL_BF16: *out = DType::bf16; return true;
     case ACL_FLOAT16: *out = DType::fp16; return true;
@@ -73,6 +73,17 @@ int64_t product(const std::vector<int64_t>& dims) {
   return n;
 }
 
+// Elements of the declared storage; -1 when the dims are no storage at all (a
+// negative dim, or a count past 64 bits). A zero dim anywhere makes it empty.
+int64_t storage_elements(const std::vector<int64_t>& dims) {
+  if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; })) return -1;
+  if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d == 0; })) return 0;
+  int64_t n = 1;
+  for (int64_t d : dims)
+    if (__builtin_mul_overflow(n, d, &n)) return -1;
+  return n;
+}
+
 // The view's element range [lo, hi] (relative to the storage base) must lie in
 // the storage the caller declared: a view outside it would read or write
 // memory the tensor does not own.
@@ -83,7 +94,7 @@ bool view_inside_storage(const Tensor& t) {
     if (__builtin_mul_overflow(t.view_dims[i] - 1, t.strides[i], &span)) return false;
     if (__builtin_add_overflow(span < 0 ? lo : hi, span, span < 0 ? &lo : &hi)) return false;
   }
-  return lo >= 0 && hi < product(t.storage_dims);
+  return lo >= 0 && hi < storage_elements(t.storage_dims);
 }
 
 }  // namespace
@@ -107,6 +118,14 @@ aclnnStatus to_view(const char* op, const TensorArg& arg, TensorView* view) {
     return fail(ACLNN_ERR_PARAM_INVALID, where + ": empty tensor " + dims_string(t->view_dims) + " is not supported");
   if (t->offset < 0)
     return fail(ACLNN_ERR_PARAM_INVALID, where + ": negative offset " + std::to_string(t->offset));
+  if (t->has_storage && storage_elements(t->storage_dims) < 0)
+    return fail(ACLNN_ERR_PARAM_INVALID, where + ": storage dims " + dims_string(t->storage_dims) +
+                                             " are negative or their element count overflows 64 bits");
+  int64_t offset_bytes;  // checked even without storage dims: the pointer arithmetic must not overflow
+  if (__builtin_mul_overflow(t->offset, core::element_size(dtype), &offset_bytes) ||
+      (t->data != nullptr && uint64_t(offset_bytes) > UINTPTR_MAX - reinterpret_cast<uintptr_t>(t->data)))
+    return fail(ACLNN_ERR_PARAM_INVALID, where + ": offset " + std::to_string(t->offset) +
+                                             " elements overflows the address space");
   if (t->has_storage && !view_inside_storage(*t))
     return fail(ACLNN_ERR_PARAM_INVALID, where + ": view " + dims_string(t->view_dims) + " with strides " +
                                              dims_string(t->strides) + " and offset " + std::to_string(t->offset) +
@@ -117,8 +136,7 @@ aclnnStatus to_view(const char* op, const TensorArg& arg, TensorView* view) {
   std::copy(t->view_dims.begin(), t->view_dims.end(), v.shape.begin());
   std::copy(t->strides.begin(), t->strides.end(), v.strides.begin());
   // NULL data stays NULL so validation reports it by name.
-  v.data = t->data == nullptr ? nullptr
-                              : static_cast<char*>(t->data) + t->offset * core::element_size(dtype);
+  v.data = t->data == nullptr ? nullptr : static_cast<char*>(t->data) + offset_bytes;
   *view = v;
   return ACLNN_SUCCESS;
 }
@@ -164,14 +182,15 @@ aclTensor* aclCreateTensor(const int64_t* viewDims, uint64_t viewDimsNum, aclDat
     }
     if (stride != nullptr) {
       t->strides.assign(stride, stride + viewDimsNum);
-    } else {  // no strides given: contiguous
+    } else {  // no strides given: contiguous (saturated: such a view is rejected when used)
       t->strides.assign(viewDimsNum, 1);
-      for (size_t i = viewDimsNum; i-- > 1;) t->strides[i - 1] = t->strides[i] * t->view_dims[i];
+      for (size_t i = viewDimsNum; i-- > 1;)
+        if (__builtin_mul_overflow(t->strides[i], t->view_dims[i], &t->strides[i - 1])) t->strides[i - 1] = INT64_MAX;
     }
     t->has_storage = storageDims != nullptr && storageDimsNum > 0;
     if (t->has_storage) t->storage_dims.assign(storageDims, storageDims + storageDimsNum);
-    t->dtype = dataType;
-    t->format = format;
+    t->dtype = enum_value(dataType);
+    t->format = enum_value(format);
     t->offset = offset;
     t->data = tensorData;
     return as_handle<aclTensor>(tensors().add(std::move(t)));
