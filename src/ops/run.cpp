@@ -12,8 +12,9 @@
 namespace mhc::ops {
 namespace {
 
+// The plans size per-worker scratch by this count, so it is capped where the pool is.
 int resolve_threads(int requested) {
-  return requested > 0 ? requested : runtime::default_thread_count();
+  return std::min(requested > 0 ? requested : runtime::default_thread_count(), runtime::kMaxThreads);
 }
 
 Status workspace_error(size_t needed, size_t given, const void* workspace) {

@@ -242,14 +242,11 @@ TEST(EdgeSizes, WorkspaceBeyondMemoryFailsCleanlyBeforeAnyWrite) {
   EXPECT_EQ(grad_phi, std::vector<float>(3, -7.0f));
 }
 
-// Reported, not fixed here (src/ops, src/plan): ops::resolve_threads passes
-// Options::num_threads unbounded into the plans, and with the portable family
-// plan_backward's threads * scratch_per_worker overflows int64 (UBSan: plan.cpp,
-// "2147483647 * 2199023255568") for K = 2^40 and num_threads = INT_MAX. The call
-// still fails cleanly ("could not allocate") without UBSan. Enable with
-// MHC_ISA=portable under ASan+UBSan once resolve_threads clamps to
-// runtime::kMaxThreads.
-TEST(EdgeSizes, DISABLED_PortablePlanWithAbsurdThreadCountDoesNotOverflow) {
+// ops::resolve_threads once passed Options::num_threads unbounded into the plans;
+// with the portable family plan_backward's threads * scratch_per_worker overflowed
+// int64 (UBSan: plan.cpp) for K = 2^40 and num_threads = INT_MAX. It now clamps to
+// runtime::kMaxThreads; under ASan+UBSan (MHC_ISA=portable) this test guards it.
+TEST(EdgeSizes, PortablePlanWithAbsurdThreadCountDoesNotOverflow) {
   const int64_t D = int64_t(1) << 40;
   Reserved grad_x(size_t(D) * 2), grad_phi(size_t(D) * 8);
   ASSERT_TRUE(grad_x.ok() && grad_phi.ok());
