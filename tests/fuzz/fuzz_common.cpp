@@ -846,18 +846,22 @@ void check_accepted_backward(Case& c, const Arena& arena, bool rerun) {
   for (int64_t t = 0; t < T; ++t) {
     const double* v = &x[t * K];
     const double r = std::fabs(inv_rms[t]);
+    bool overflow = false;  // a factor past fp32's range, even one multiplied by 0 (fp32: Inf * 0 = NaN)
     for (int64_t n = 0; n < N; ++n) {
       double g_pre = 0;
       for (int64_t j = 0; j < D; ++j) g_pre += std::fabs(v[n * D + j] * ghin[t * D + j]);
       const double s = std::fabs(h_pre[t * N + n]) + eps;
       m_gz[n] = g_pre * s * (1 + s);
       const double hp = std::fabs(h_post[t * N + n]);
+      double post_factor;
       if (d.two_entry_alpha) {
         const double sg = (hp + eps) / 2;
-        m_gz[N + n] = std::fabs(ghpost[t * N + n]) * 2 * sg * (1 + sg);
+        post_factor = 2 * sg * (1 + sg);
       } else {
-        m_gz[N + n] = std::fabs(ghpost[t * N + n]) * hp * (1 + hp / 2);
+        post_factor = hp * (1 + hp / 2);
       }
+      m_gz[N + n] = std::fabs(ghpost[t * N + n]) * post_factor;
+      overflow = overflow || s * (1 + s) > kFp32Max || post_factor > kFp32Max;
     }
     for (int64_t i = 0; i < R; ++i) m_gz[2 * N + i] = std::fabs(ghres[t * R + i]);
     double m_gr = 0;
@@ -875,7 +879,7 @@ void check_accepted_backward(Case& c, const Arena& arena, bool rerun) {
       for (int64_t f = 0; f < F; ++f) gu += std::fabs(phi[f * K + k]) * m_G[f];
       m_gu[k] = gu;
     }
-    bool overflow = m_gr > kFp32Max || m_c > kFp32Max;
+    overflow = overflow || m_gr > kFp32Max || m_c > kFp32Max;
     for (int64_t f = 0; f < F; ++f) overflow = overflow || m_gz[f] > kFp32Max || m_G[f] > kFp32Max;
     for (int64_t k = 0; k < K; ++k) overflow = overflow || m_gu[k] > kFp32Max;
     any_overflow = any_overflow || overflow;
