@@ -3,7 +3,8 @@
 # Idempotent: does nothing when everything is already there.
 set -euo pipefail
 packages=(cmake ninja-build g++ clang googletest libgtest-dev libbenchmark-dev libhwy-dev
-          python3-torch python3-numpy python3-pytest python3-matplotlib libopenblas0-pthread)
+          python3-torch python3-numpy python3-pytest python3-matplotlib libopenblas0-pthread
+          libclang-rt-14-dev)  # libFuzzer and clang's sanitizer runtimes (scripts/hardening.sh)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
