@@ -1,6 +1,8 @@
 // Shapes, cost model, buffers and timed calls (see operator_cases.hpp).
 #include "operator_cases.hpp"
 
+#include "core/dtype.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -86,12 +88,7 @@ inline uint16_t to_bf16(float f) {  // round to nearest, ties to even (finite in
   u += 0x7fffu + ((u >> 16) & 1u);
   return uint16_t(u >> 16);
 }
-inline uint16_t to_fp16(float f) {
-  const _Float16 h = static_cast<_Float16>(f);
-  uint16_t u;
-  std::memcpy(&u, &h, 2);
-  return u;
-}
+inline uint16_t to_fp16(float f) { return mhc::core::float_to_fp16(f); }  // any compiler
 
 template <class Fn>
 void parallel_indices(int64_t n, Fn fn) {

@@ -20,15 +20,6 @@ set(MHC_SANITIZE "" CACHE STRING "Sanitizers for every target: address,undefined
 option(MHC_FUZZ "Build the libFuzzer targets in tests/fuzz (clang)" OFF)
 option(MHC_FUZZ_REPLAY "Build tests/fuzz as corpus replay programs (any compiler)" OFF)
 
-# src/CMakeLists.txt disables Highway's EMU128 target; with clang, Highway 1.0.3 takes
-# EMU128 as the x86-64 baseline and then stops ("At least one baseline target must be
-# defined and enabled"). GCC 12.2 gets HWY_SCALAR as baseline (its EMU128 counts as
-# broken); give clang the same choice. Only the static fallback changes: the dynamic
-# AVX2/AVX-512 targets are built as with GCC.
-if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
-  add_compile_definitions(HWY_BROKEN_EMU128=1)
-endif()
-
 if(MHC_SANITIZE)
   if(MHC_SANITIZE MATCHES "thread" AND MHC_SANITIZE MATCHES "address|memory")
     message(FATAL_ERROR "MHC_SANITIZE: thread cannot be combined with address or memory")

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "core/dtype.hpp"  // inputs rounded to fp16 as the library rounds (any compiler)
+
 namespace aclnn_test {
 namespace {
 
@@ -38,7 +40,7 @@ void store(const Slot& s, uint8_t* dst, float value) {
   switch (s.dtype) {
     case ACL_FLOAT: std::memcpy(dst, &value, 4); break;
     case ACL_BF16: { const uint16_t h = to_bf16(value); std::memcpy(dst, &h, 2); break; }
-    case ACL_FLOAT16: { const _Float16 h = static_cast<_Float16>(value); std::memcpy(dst, &h, 2); break; }
+    case ACL_FLOAT16: { const uint16_t h = mhc::core::float_to_fp16(value); std::memcpy(dst, &h, 2); break; }
     default: break;  // dtypes the operators reject: the content does not matter
   }
 }

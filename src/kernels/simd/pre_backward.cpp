@@ -16,7 +16,7 @@
 
 #include <algorithm>
 
-#include "hwy/cache_control.h"
+#include "hwy/cache_control.h"  // FlushStream
 #include "hwy/highway.h"
 #include "kernels/common/token_math.hpp"
 #include "kernels/kernels.hpp"
@@ -152,17 +152,6 @@ static void RunStripBlock(int rows, const float* G_chunk, int64_t F, int64_t tok
 #undef MHC_STRIP_CASE
 }
 
-// Asks the cache for the row segments [d0, d1) of stream n of tokens [ta, tb) of a
-// per-token tensor (unit-stride rows only; others are left to the hardware).
-static void PrefetchRows(const core::Strided& s, int64_t ta, int64_t tb, int64_t n, int64_t d0, int64_t d1) {
-  if (!s.present() || ta >= tb || s.stride[3] != 1) return;
-  const int64_t esize = core::element_size(s.dtype);
-  for (int64_t t = ta; t < tb; ++t) {
-    const char* row = static_cast<const char*>(s.data) + s.at(t, n, d0) * esize;
-    for (int64_t b = 0; b < (d1 - d0) * esize; b += 64) hwy::Prefetch(row + b);
-  }
-}
-
 void BackwardColumns(const BackwardArgs& args, int64_t t0, int64_t t1, const plan::ColumnItem& item,
                      int worker) {
   const core::BackwardProblem& p = *args.problem;
@@ -178,21 +167,9 @@ void BackwardColumns(const BackwardArgs& args, int64_t t0, int64_t t1, const pla
   const float* phi = static_cast<const float*>(p.phi.data);
   const int64_t phi_cs = p.phi.stride[3];  // column stride of phi
 
-  // This phase is compute-bound and the two around it are memory-bound: while the
-  // strips run, bring in what phase 3 of this chunk and phase 1 of the next read,
-  // a few tokens per strip (every item covers its own columns, so once in all).
-  const int64_t next1 = std::min(d.T, t1 + plan::kTokensPerChunk);
-  const int64_t strips = plan::ceil_div(item.d1 - item.d0, L);
-  const int64_t per_strip = plan::ceil_div(plan::kTokensPerChunk, strips);
-
   for (int64_t j = item.d0, si = 0; j < item.d1; j += L, ++si) {
     const int64_t width = std::min(L, item.d1 - j), k = item.n * d.D + j;
     const int64_t strip = item.n * tiles.strips_per_stream + j / L;
-    const int64_t pa = si * per_strip, pb = (si + 1) * per_strip;
-    PrefetchRows(p.grad_x_post, std::min(t1, t0 + pa), std::min(t1, t0 + pb), item.n, item.d0, item.d1);
-    PrefetchRows(p.x, std::min(next1, t1 + pa), std::min(next1, t1 + pb), item.n, item.d0, item.d1);
-    if (item.n == 0)
-      PrefetchRows(p.grad_h_in, std::min(next1, t1 + pa), std::min(next1, t1 + pb), 0, item.d0, item.d1);
     float* v_tile = tiles.at(tiles.v, strip, 0);
     float* gu_tile = tiles.at(tiles.gu, strip, 0);
     for (int64_t f0 = 0; f0 < d.F; f0 += kBlockRows) {

@@ -29,6 +29,8 @@ constexpr int64_t kURowFloats = kChunkColumns + 16;
 // Register blocking: accumulators kTileTokens x kTileRows, plus the u vectors and one phi row.
 constexpr int kTileTokens = HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 ? 2 : 4;
 constexpr int kTileRows = 6;
+// CastChunk prefetches the row of the token this many ahead.
+constexpr int64_t kCastAhead = 2;
 
 struct ForwardScratch {
   float* u;        // [kTokensPerItem][kURowFloats] u = v*gamma of one chunk
@@ -64,9 +66,11 @@ static ForwardScratch LayOutForwardScratch(float* base, const core::Dims& d) {
 }
 
 // u[t][k - k0] = v * gamma for the columns [k0, k1) of token t (zeros up to k_end,
-// the padded end); on the first pass also the sum of v^2.
-static void CastChunk(const core::ForwardProblem& p, int64_t t, int64_t k0, int64_t k1, int64_t k_end,
-                      float* u_row, float* sq_lanes, float* sq_tail, bool with_sum_sq) {
+// the padded end); on the first pass also the sum of v^2. The same columns of
+// token t_ahead are asked of the cache meanwhile: a chunk of a row is at most a
+// few pages, too short for the hardware prefetcher to learn.
+static void CastChunk(const core::ForwardProblem& p, int64_t t, int64_t t_ahead, int64_t k0, int64_t k1,
+                      int64_t k_end, float* u_row, float* sq_lanes, float* sq_tail, bool with_sum_sq) {
   const DF df;
   const int64_t L = hn::Lanes(df), D = p.dims.D;
   const int64_t xs = p.x.stride[3], gs = p.gamma.stride[3];
@@ -74,14 +78,17 @@ static void CastChunk(const core::ForwardProblem& p, int64_t t, int64_t k0, int6
   float tail = *sq_tail;
   const bool has_gamma = p.gamma.present(), unit = xs == 1 && (!has_gamma || gs == 1);
   const float* gamma = static_cast<const float*>(p.gamma.data);
+  const int64_t esize = core::element_size(p.x.dtype);
   WithDType(p.x.dtype, [&]<DType T>() {
     for (int64_t k = k0; k < k1;) {
       const int64_t n = k / D, j0 = k % D, j1 = std::min(D, j0 + (k1 - k));  // one stream's piece
       const int64_t x_at = p.x.at(t, n, 0), gamma_at = has_gamma ? p.gamma.at(n, 0) : 0;
+      const char* ahead = static_cast<const char*>(p.x.data) + (t_ahead >= 0 ? p.x.at(t_ahead, n, 0) : x_at) * esize;
       float* u_out = u_row + (n * D - k0);
       int64_t j = j0;
       if (unit)
         for (; j + L <= j1; j += L) {
+          PrefetchLine<0>(ahead + j * esize);
           const VF v = LoadT<T>(df, p.x.data, x_at + j);
           if (with_sum_sq) sq = hn::MulAdd(v, v, sq);
           hn::StoreU(has_gamma ? hn::Mul(v, hn::LoadU(df, gamma + gamma_at + j)) : v, df, u_out + j);
@@ -105,10 +112,32 @@ static void CastChunk(const core::ForwardProblem& p, int64_t t, int64_t k0, int6
   *sq_tail = tail;
 }
 
+// The x rows of the item's next chunk of columns, asked of L2 a line at a time by
+// the compute-bound tiles of the current chunk, so that the cast of the next
+// chunk finds them there (unit-stride x only).
+class ChunkPrefetcher {
+ public:
+  ChunkPrefetcher() = default;
+  ChunkPrefetcher(const core::Strided& x, int64_t D, int64_t t0, int64_t t1, int64_t k0, int64_t k1)
+      : x_(&x), esize_(core::element_size(x.dtype)), line_elements_(64 / esize_), D_(D), t_(t0), t_end_(x.stride[3] == 1 ? t1 : t0),
+        k0_(k0), k1_(k1), n_(k0 / D), j_(k0 % D) {}
+  HWY_INLINE void Step() {
+    if (t_ >= t_end_) return;
+    PrefetchLine<1>(static_cast<const char*>(x_->data) + x_->at(t_, n_, j_) * esize_);
+    j_ += line_elements_;
+    if (n_ * D_ + j_ >= k1_) ++t_, n_ = k0_ / D_, j_ = k0_ % D_;
+    else if (j_ >= D_) ++n_, j_ = 0;
+  }
+
+ private:
+  const core::Strided* x_ = nullptr;
+  int64_t esize_ = 2, line_elements_ = 32, D_ = 1, t_ = 0, t_end_ = 0, k0_ = 0, k1_ = 0, n_ = 0, j_ = 0;
+};
+
 // acc[t][f] += u[t] . phi[f] over `vectors` column vectors, for a tile of TT tokens x TR rows.
 template <int TT, int TR>
 HWY_INLINE void Tile(const float* const* u_rows, const float* const* phi_rows, int64_t vectors,
-                     float* const* acc_rows) {
+                     float* const* acc_rows, ChunkPrefetcher& prefetcher) {
   const DF df;
   const int64_t L = hn::Lanes(df);
   VF acc[TT][TR];
@@ -117,6 +146,7 @@ HWY_INLINE void Tile(const float* const* u_rows, const float* const* phi_rows, i
 #pragma GCC unroll 8
     for (int f = 0; f < TR; ++f) acc[t][f] = hn::Load(df, acc_rows[t] + f * L);
   for (int64_t i = 0; i < vectors; ++i) {
+    if (i & 1) prefetcher.Step();
     VF u[TT];
 #pragma GCC unroll 8
     for (int t = 0; t < TT; ++t) u[t] = hn::Load(df, u_rows[t] + i * L);
@@ -138,25 +168,25 @@ HWY_INLINE void Tile(const float* const* u_rows, const float* const* phi_rows, i
 
 template <int TT>
 HWY_INLINE void TileRows(int rows, const float* const* u, const float* const* phi, int64_t vectors,
-                         float* const* acc) {
+                         float* const* acc, ChunkPrefetcher& pf) {
   switch (rows) {
-    case 1: return Tile<TT, 1>(u, phi, vectors, acc);
-    case 2: return Tile<TT, 2>(u, phi, vectors, acc);
-    case 3: return Tile<TT, 3>(u, phi, vectors, acc);
-    case 4: return Tile<TT, 4>(u, phi, vectors, acc);
-    case 5: return Tile<TT, 5>(u, phi, vectors, acc);
-    default: return Tile<TT, kTileRows>(u, phi, vectors, acc);
+    case 1: return Tile<TT, 1>(u, phi, vectors, acc, pf);
+    case 2: return Tile<TT, 2>(u, phi, vectors, acc, pf);
+    case 3: return Tile<TT, 3>(u, phi, vectors, acc, pf);
+    case 4: return Tile<TT, 4>(u, phi, vectors, acc, pf);
+    case 5: return Tile<TT, 5>(u, phi, vectors, acc, pf);
+    default: return Tile<TT, kTileRows>(u, phi, vectors, acc, pf);
   }
 }
 
 static void RunTile(int tokens, int rows, const float* const* u, const float* const* phi, int64_t vectors,
-                    float* const* acc) {
+                    float* const* acc, ChunkPrefetcher& pf) {
   static_assert(kTileTokens == 2 || kTileTokens == 4, "tile dispatch covers 1..4 tokens");
   switch (tokens) {
-    case 1: return TileRows<1>(rows, u, phi, vectors, acc);
-    case 2: return TileRows<2>(rows, u, phi, vectors, acc);
-    case 3: return TileRows<3>(rows, u, phi, vectors, acc);
-    default: return TileRows<4>(rows, u, phi, vectors, acc);
+    case 1: return TileRows<1>(rows, u, phi, vectors, acc, pf);
+    case 2: return TileRows<2>(rows, u, phi, vectors, acc, pf);
+    case 3: return TileRows<3>(rows, u, phi, vectors, acc, pf);
+    default: return TileRows<4>(rows, u, phi, vectors, acc, pf);
   }
 }
 
@@ -207,9 +237,11 @@ void ForwardTokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) 
     for (int64_t k0 = 0; k0 < K_pad; k0 += kChunkColumns) {
       const int64_t k_end = std::min(K_pad, k0 + kChunkColumns), k1 = std::min(d.K, k_end);
       for (int64_t t = 0; t < tokens; ++t)
-        CastChunk(p, t0 + t, k0, k1, k_end, s.u + t * kURowFloats, s.sum_sq + t * L,
-                  s.sum_sq + tokens * L + t, f0 == 0);
+        CastChunk(p, t0 + t, t + kCastAhead < tokens ? t0 + t + kCastAhead : -1, k0, k1, k_end,
+                  s.u + t * kURowFloats, s.sum_sq + t * L, s.sum_sq + tokens * L + t, f0 == 0);
       const int64_t full_end = std::min(k_end, K_full);  // columns read from phi (or its copy)
+      ChunkPrefetcher prefetcher;
+      if (k_end < d.K) prefetcher = ChunkPrefetcher(p.x, d.D, t0, t1, k_end, std::min(d.K, k_end + kChunkColumns));
       if (phi_cs != 1)
         for (int64_t f = 0; f < rows; ++f)
           for (int64_t k = k0; k < full_end; ++k) s.phi_chunk[f * kChunkColumns + k - k0] = phi_at(f0 + f, k);
@@ -228,12 +260,12 @@ void ForwardTokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) 
             for (int f = 0; f < tile_rows; ++f)
               w[f] = phi_cs == 1 ? phi + (f0 + fr + f) * p.phi.stride[2] + k0
                                  : s.phi_chunk + (fr + f) * kChunkColumns;
-            RunTile(tile_tokens, tile_rows, u, w, (full_end - k0) / L, acc);
+            RunTile(tile_tokens, tile_rows, u, w, (full_end - k0) / L, acc, prefetcher);
           }
           if (k_end > full_end && full_end >= k0) {  // the padded tail vector
             for (int t = 0; t < tile_tokens; ++t) u[t] += full_end - k0;
             for (int f = 0; f < tile_rows; ++f) w[f] = s.phi_tail + (fr + f) * L;
-            RunTile(tile_tokens, tile_rows, u, w, 1, acc);
+            RunTile(tile_tokens, tile_rows, u, w, 1, acc, prefetcher);
           }
         }
       }

@@ -136,6 +136,20 @@ HWY_INLINE void StoreRow(DF df, VF v, void* base, DType type, int64_t offset, in
   for (int64_t i = 0; i < count; ++i) core::store_element(base, type, offset + i * stride, buffer[i]);
 }
 
+// Asks the cache (level 0 = L1, 1 = L2) for a line. Inline assembly: GCC 12 drops
+// __builtin_prefetch (and so _mm_prefetch and hwy::Prefetch) inside functions
+// compiled under Highway's target attributes, found by reading the object code.
+template <int kLevel>
+HWY_INLINE void PrefetchLine(const void* p) {
+#if HWY_ARCH_X86
+  const char* line = static_cast<const char*>(p);
+  if constexpr (kLevel == 0) asm volatile("prefetcht0 %0" : : "m"(*line));
+  else asm volatile("prefetcht1 %0" : : "m"(*line));
+#else
+  (void)p;
+#endif
+}
+
 // Sum of the lanes, folded by the same fixed tree as the portable kernels.
 HWY_INLINE float FoldLanes(DF df, VF v) {
   HWY_ALIGN float lanes[16] = {};
