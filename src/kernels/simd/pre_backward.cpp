@@ -2,11 +2,11 @@
 // foreach_target. Per chunk of tokens:
 //  1. rows:    each token's x and grad_h_in are read once, in order: g_pre as
 //              lane sums, then the shared scalar step; x is kept as fp32 in
-//              strip-major tiles v_tiles[strip][token][lane], so that
+//              tiles blocked by column item (Tiles below), so that
 //  2. columns: per strip (one vector of columns) and block of kBlockRows rows of
 //              phi, the block's phi vectors and its chunk sums of G v^T stay in
-//              registers while the chunk's tokens stream through contiguous tiles;
-//              gu = phi^T G accumulates into gu_tiles, and the chunk's sums of
+//              registers while the chunk's tokens stream through the item's tile;
+//              gu = phi^T G accumulates into a tile alike, and the chunk's sums of
 //              v*gu are formed here too;
 //  3. rows:    grad_x of each token, written in order from the tiles.
 // The tiles are shared by the workers; which worker does what never changes a bit.
@@ -29,31 +29,39 @@ namespace mhc::kernels::simd::HWY_NAMESPACE {
 // Rows of phi per register block: 2*rows + 4 vector registers (32 on AVX-512, 16 on AVX2).
 constexpr int kBlockRows = HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 ? 6 : 12;
 
-// A strip's tile holds kTokensPerChunk vectors plus one spare, so that the
-// phases that walk a token across strips do not hit addresses 4 KiB apart (which
-// share an L1 set and alias in the store buffer).
-constexpr int64_t kTileVectors = plan::kTokensPerChunk + 1;
+// A chunk's tiles hold x as fp32 (v) and gu, in blocks of one column item:
+// [stream n][item of n][token][strip of the item][lane]. The column phase walks a
+// strip's tokens at a fixed stride of about 1 KiB inside the item's block, and the
+// row phases walk a token's strips through contiguous 1-KiB runs: both patterns
+// the hardware prefetchers follow. (With [strip][token][lane], the row phases
+// stepped 4 KiB per vector and every load missed.) A token's row in a block is
+// padded by a cache line, so that tokens 4 apart do not alias in L1.
+constexpr int64_t kStripsPerBlock = plan::kColumnsPerItem / hn::MaxLanes(DF());
+constexpr int64_t kTokenFloats = plan::kColumnsPerItem + 16;
+constexpr int64_t kBlockFloats = plan::kTokensPerChunk * kTokenFloats;
 
 struct Tiles {
-  int64_t L, strips_per_stream;
-  float* v;   // [strips][kTileVectors][L]
-  float* gu;  // [strips][kTileVectors][L]
-  float* at(float* base, int64_t strip, int64_t token_in_chunk) const {
-    return base + (strip * kTileVectors + token_in_chunk) * L;
+  int64_t L, blocks_per_stream;
+  float* v;
+  float* gu;
+  // The vector of strip s (counted in stream n) of the chunk's token t.
+  float* at(float* base, int64_t n, int64_t s, int64_t t) const {
+    return base + (n * blocks_per_stream + s / kStripsPerBlock) * kBlockFloats + t * kTokenFloats +
+           (s % kStripsPerBlock) * L;
   }
 };
 
-static Tiles TilesOf(const BackwardArgs& args) {
-  const core::Dims& d = args.problem->dims;
-  const int64_t L = hn::Lanes(DF()), strips = d.N * plan::ceil_div(d.D, L);
-  float* base = args.chunk_buffers();
-  return {L, plan::ceil_div(d.D, L), base, base + strips * kTileVectors * L};
+static int64_t TileFloats(const core::Dims& d) {
+  return d.N * plan::ceil_div(d.D, plan::kColumnsPerItem) * kBlockFloats + 16;  // + a line between v and gu
 }
 
-int64_t BackwardChunkFloats(const core::Dims& d) {
-  const int64_t L = hn::Lanes(DF());
-  return 2 * d.N * plan::ceil_div(d.D, L) * kTileVectors * L;
+static Tiles TilesOf(const BackwardArgs& args) {
+  const core::Dims& d = args.problem->dims;
+  float* base = args.chunk_buffers();
+  return {int64_t(hn::Lanes(DF())), plan::ceil_div(d.D, plan::kColumnsPerItem), base, base + TileFloats(d)};
 }
+
+int64_t BackwardChunkFloats(const core::Dims& d) { return 2 * TileFloats(d); }
 
 int64_t BackwardScratchFloats(const core::Dims& d) {
   return kBlockRows * hn::Lanes(DF()) + plan::align16(d.N);  // zero-padded phi block; g_pre
@@ -73,20 +81,19 @@ void BackwardTokenStats(const BackwardArgs& args, int64_t chunk0, int64_t t0, in
       const int64_t gh_at = p.grad_h_in.at(t, 0, 0);
       for (int64_t n = 0; n < d.N; ++n) {
         const int64_t x_at = p.x.at(t, n, 0);
-        float* v_tile = tiles.at(tiles.v, n * tiles.strips_per_stream, t - chunk0);
         VF lanes = hn::Zero(df);
-        int64_t j = 0;
+        int64_t j = 0, strip = 0;
         if (unit)
-          for (; j < full; j += L, v_tile += kTileVectors * L) {
+          for (; j < full; j += L, ++strip) {
             const VF v = LoadT<T>(df, p.x.data, x_at + j);
             lanes = hn::MulAdd(v, LoadT<T>(df, p.grad_h_in.data, gh_at + j), lanes);
-            hn::Store(v, df, v_tile);
+            hn::Store(v, df, tiles.at(tiles.v, n, strip, t - chunk0));
           }
-        for (; j < d.D; j += L, v_tile += kTileVectors * L) {
+        for (; j < d.D; j += L, ++strip) {
           const int64_t width = std::min(L, d.D - j);
           const VF v = LoadRow(df, p.x.data, T, x_at + j * xs, xs, width);
           lanes = hn::MulAdd(v, LoadRow(df, p.grad_h_in.data, T, gh_at + j * ghs, ghs, width), lanes);
-          hn::Store(v, df, v_tile);
+          hn::Store(v, df, tiles.at(tiles.v, n, strip, t - chunk0));
         }
         g_pre[n] = FoldLanes(df, lanes);
       }
@@ -110,9 +117,9 @@ HWY_INLINE void StripBlock(const float* G_chunk, int64_t F, int64_t tokens, int6
     sums[r] = hn::Zero(df);
   }
   for (int64_t t = 0; t < tokens; ++t) {
-    const VF v = hn::Load(df, v_tile + t * L);
+    const VF v = hn::Load(df, v_tile + t * kTokenFloats);
     const float* G = G_chunk + t * F + f0;
-    VF gu_even = first_block ? hn::Zero(df) : hn::Load(df, gu_tile + t * L), gu_odd = hn::Zero(df);
+    VF gu_even = first_block ? hn::Zero(df) : hn::Load(df, gu_tile + t * kTokenFloats), gu_odd = hn::Zero(df);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const VF g = hn::Set(df, G[r]);
@@ -120,7 +127,7 @@ HWY_INLINE void StripBlock(const float* G_chunk, int64_t F, int64_t tokens, int6
       if (r % 2 == 0) gu_even = hn::MulAdd(g, w[r], gu_even);
       else gu_odd = hn::MulAdd(g, w[r], gu_odd);
     }
-    hn::Store(hn::Add(gu_even, gu_odd), df, gu_tile + t * L);
+    hn::Store(hn::Add(gu_even, gu_odd), df, gu_tile + t * kTokenFloats);
   }
   for (int r = 0; r < R; ++r) {
     float* total = totals + (f0 + r) * total_stride;
@@ -169,9 +176,8 @@ void BackwardColumns(const BackwardArgs& args, int64_t t0, int64_t t1, const pla
 
   for (int64_t j = item.d0, si = 0; j < item.d1; j += L, ++si) {
     const int64_t width = std::min(L, item.d1 - j), k = item.n * d.D + j;
-    const int64_t strip = item.n * tiles.strips_per_stream + j / L;
-    float* v_tile = tiles.at(tiles.v, strip, 0);
-    float* gu_tile = tiles.at(tiles.gu, strip, 0);
+    float* v_tile = tiles.at(tiles.v, item.n, j / L, 0);
+    float* gu_tile = tiles.at(tiles.gu, item.n, j / L, 0);
     for (int64_t f0 = 0; f0 < d.F; f0 += kBlockRows) {
       const int rows = int(std::min<int64_t>(kBlockRows, d.F - f0));
       const float* phi_rows[kBlockRows];
@@ -188,7 +194,7 @@ void BackwardColumns(const BackwardArgs& args, int64_t t0, int64_t t1, const pla
     }
     VF gamma_sum = hn::Zero(df);  // the chunk's sum of v * gu
     for (int64_t t = 0; t < tokens; ++t)
-      gamma_sum = hn::MulAdd(hn::Load(df, v_tile + t * L), hn::Load(df, gu_tile + t * L), gamma_sum);
+      gamma_sum = hn::MulAdd(hn::Load(df, v_tile + t * kTokenFloats), hn::Load(df, gu_tile + t * kTokenFloats), gamma_sum);
     HWY_ALIGN float lanes[hn::MaxLanes(df)];
     hn::Store(gamma_sum, df, lanes);
     for (int64_t i = 0; i < width; ++i) gamma_total[k + i] += lanes[i];
@@ -219,11 +225,11 @@ void BackwardRows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t 
         const int64_t out_at = p.grad_x.at(t, n, 0);
         const int64_t post_at = has_post ? p.grad_x_post.at(t, n, 0) : 0;
         const int64_t gamma_at = has_gamma ? p.gamma.at(n, 0) : 0;
-        const float* v_tile = tiles.at(tiles.v, n * tiles.strips_per_stream, t - chunk0);
-        const float* gu_tile = tiles.at(tiles.gu, n * tiles.strips_per_stream, t - chunk0);
-        int64_t j = 0;
+        int64_t j = 0, strip = 0;
         if (unit)
-          for (; j < full; j += L, v_tile += kTileVectors * L, gu_tile += kTileVectors * L) {
+          for (; j < full; j += L, ++strip) {
+            const float* v_tile = tiles.at(tiles.v, n, strip, t - chunk0);
+            const float* gu_tile = tiles.at(tiles.gu, n, strip, t - chunk0);
             VF gx = hn::Mul(h_pre, LoadT<T>(df, p.grad_h_in.data, gh_at + j));
             const VF gu = hn::Load(df, gu_tile);
             gx = has_gamma ? hn::MulAdd(hn::LoadU(df, gamma + gamma_at + j), gu, gx) : hn::Add(gx, gu);
@@ -232,7 +238,9 @@ void BackwardRows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t 
             if (stream) StreamT<T>(df, gx, p.grad_x.data, out_at + j);
             else StoreT<T>(df, gx, p.grad_x.data, out_at + j);
           }
-        for (; j < d.D; j += L, v_tile += kTileVectors * L, gu_tile += kTileVectors * L) {
+        for (; j < d.D; j += L, ++strip) {
+          const float* v_tile = tiles.at(tiles.v, n, strip, t - chunk0);
+          const float* gu_tile = tiles.at(tiles.gu, n, strip, t - chunk0);
           const int64_t width = std::min(L, d.D - j);
           VF gx = hn::Mul(h_pre, LoadRow(df, p.grad_h_in.data, T, gh_at + j * ghs, ghs, width));
           const VF gu = hn::Load(df, gu_tile);
