@@ -11,8 +11,9 @@
 
 namespace mhc::plan {
 
-// Tokens per forward work item.
-inline constexpr int64_t kTokensPerItem = 64;
+// Tokens per forward work item (32: more items for the workers to share, and the
+// item's x stays in L2 for the h_in pass; measured against 64, d 0.93 -> 0.84 ms).
+inline constexpr int64_t kTokensPerItem = 32;
 // Backward tokens are processed in chunks: per-token statistics of a chunk, then
 // its column work. The sums over tokens (grad_phi, grad_gamma) are formed per
 // chunk in fp32 and added into running totals, which keeps the rounding error
