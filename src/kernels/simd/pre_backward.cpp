@@ -175,9 +175,9 @@ void BackwardColumns(const BackwardArgs& args, int64_t t0, int64_t t1, const pla
   const int64_t phi_cs = p.phi.stride[3];  // column stride of phi
 
   // Blocks of phi rows outside, strips inside (the same sums in the same order as
-  // strips outside): a block walks its rows of phi and of
-  // the totals through contiguous runs (what the prefetchers follow), while the
-  // item's tiles (about 136 KiB) stay in L2 between the blocks.
+  // strips outside): a block walks its rows of phi and of the totals through
+  // contiguous runs, which the prefetchers follow, while the item's tiles (about
+  // 136 KiB) stay in L2 between the blocks.
   for (int64_t f0 = 0; f0 < d.F; f0 += kBlockRows) {
     const int rows = int(std::min<int64_t>(kBlockRows, d.F - f0));
     for (int64_t j = item.d0; j < item.d1; j += L) {
