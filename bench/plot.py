@@ -54,7 +54,8 @@ def summary_table(res):
             f"PyTorch {pt['torch_version']} eager, {pt['threads']} threads, BLAS {blas['name']} "
             f"({blas.get('openblas_corename', '?')}); ours: mhc {pt['mhc_isa']}, {pt['mhc_threads']} threads",
             f"{'shape':6}{'eager f+b':>11}{'ours f+b':>10}{'autograd':>10}{'C++ f+b':>10}"
-            f"{'eager/ours':>12}{'eager/autograd':>16}   (ms; ours = Python face, end to end)",
+            f"{'eager/ours':>12}{'eager/autograd':>16}{'cold f+b':>10}{'eager/cold':>11}"
+            "   (ms; ours = Python face, end to end; cold = without its output cache)",
         ]
         cpp = {c["shape"]: c for c in res["cases"]}
         for c in pt["cases"]:
@@ -68,7 +69,10 @@ def summary_table(res):
             lines.append(
                 f"{c['shape']:6}{fmt(total(e), '11.2f')}{fmt(total(o), '10.2f')}{fmt(total(a), '10.2f')}"
                 f"{fmt(cxx, '10.2f')}{c['ratio_eager_over_ours']:11.2f}x"
-                f"{fmt(ra, '15.2f')}{'x' if ra else ''}   (runs {c['runs']})")
+                f"{fmt(ra, '15.2f')}{'x' if ra else ' '}"
+                f"{fmt(c.get('ours_functional_cold_total_ms'), '10.2f')}"
+                f"{fmt(c.get('ratio_eager_over_ours_cold'), '10.2f')}{'x' if c.get('ratio_eager_over_ours_cold') else ''}"
+                f"   (runs {c['runs']})")
     return "\n".join(lines)
 
 

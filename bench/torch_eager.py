@@ -7,7 +7,8 @@ Times, with torch.set_num_threads(2) (and mhc at 2 threads):
     autograd of loss = sum(h_in*g_in) + sum(h_post*g_post) + sum(h_res*g_res), with
     grad_x_post accumulated into x.grad (as the post block's branch would);
   - ours, functional: mhc.npu_mhc_pre(out_flag=1) + mhc.npu_mhc_pre_backward(...,
-    grad_x_post=...), end to end from Python, allocation of outputs included;
+    grad_x_post=...), end to end from Python, allocation of outputs included (from
+    the face's output cache, as in a loop; "cold": the same with the cache off);
   - ours, autograd: mhc.mhc_pre forward + backward through autograd, same loss.
 Decode shapes (forward only) run under torch.inference_mode, ours with out_flag=0.
 
@@ -260,8 +261,9 @@ def main():
         sys.exit("torch_eager.py: the eager implementation and mhc disagree; not timing")
 
     header = (f"{'shape':5} {'eager fwd':>10} {'eager bwd':>10} {'ours fwd':>9} {'ours bwd':>9} "
-              f"{'autograd f':>10} {'autograd b':>10} {'eager/ours':>10} {'eager/autograd':>14} {'busy':>5}"
-              "  (ms; busy: CPUs other processes used)")
+              f"{'autograd f':>10} {'autograd b':>10} {'eager/ours':>10} {'eager/autograd':>14} "
+              f"{'cold f+b':>9} {'eager/cold':>10} {'busy':>5}"
+              "  (ms; cold: ours without the output cache; busy: CPUs other processes used)")
     print(header)
     cases = []
     for name in names:
@@ -274,10 +276,18 @@ def main():
         gc.collect()
         case["ours_functional"] = time_runs(ours_functional_step(inp, training), runs, args.min_seconds,
                                             warmup)
+        # The same without the Python face's output cache: every output on fresh pages.
+        capacity, _ = mhc.get_output_cache()
+        mhc.set_output_cache(0)
+        case["ours_functional_cold"] = time_runs(ours_functional_step(inp, training), runs, args.min_seconds,
+                                                 warmup)
+        mhc.set_output_cache(capacity)
         if training:
             case["ours_autograd"] = time_runs(ours_autograd_step(inp), runs, args.min_seconds, warmup)
         total = {k: case[k]["forward_ms"] + (case[k]["backward_ms"] or 0)
-                 for k in ("eager", "ours_functional", "ours_autograd") if k in case}
+                 for k in ("eager", "ours_functional", "ours_functional_cold", "ours_autograd") if k in case}
+        case["ours_functional_cold_total_ms"] = total["ours_functional_cold"]
+        case["ratio_eager_over_ours_cold"] = total["eager"] / total["ours_functional_cold"]
         case["ratio_eager_over_ours"] = total["eager"] / total["ours_functional"]
         case["ratio_eager_over_ours_autograd"] = (total["eager"] / total["ours_autograd"]
                                                   if "ours_autograd" in total else None)
@@ -290,7 +300,9 @@ def main():
               f"{ms(o['backward_ms'])[1:]} {ms(a and a['forward_ms'])} {ms(a and a['backward_ms'])} "
               f"{case['ratio_eager_over_ours']:9.2f}x "
               f"{'' if a is None else format(case['ratio_eager_over_ours_autograd'], '13.2f') + 'x':>14} "
-              f"{max(r['other_processes_cpus'] for r in (e, o, a) if r):5.2f}", flush=True)
+              f"{case['ours_functional_cold_total_ms']:9.2f} {case['ratio_eager_over_ours_cold']:9.2f}x "
+              f"{max(r['other_processes_cpus'] for r in (e, o, a, case['ours_functional_cold']) if r):5.2f}",
+              flush=True)
         del inp
         gc.collect()
 
@@ -300,7 +312,8 @@ def main():
         runs=args.runs, runs_large_shapes=RUNS_LARGE_SHAPES, warmup_runs=1,
         warmup_runs_large_shapes=WARMUP_RUNS, cases=cases,
         note="eager/ours = (eager forward + backward) / (ours forward + backward); ours "
-             "functional includes allocating outputs (fresh pages), mhc-bench's figures do not")
+             "functional includes allocating outputs (from the face's output cache; "
+             "ours_functional_cold: every output on fresh pages), mhc-bench's figures do not")
     with open(args.json, "w") as f:
         json.dump(results, f, indent=2)
     print(f"merged into {args.json}")

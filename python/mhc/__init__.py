@@ -10,6 +10,7 @@ The native library is bound through its C ABI with ctypes (see _lib.py).
 from . import _lib
 from .autograd import MhcPreFunction, mhc_pre
 from .ops import get_num_threads, npu_mhc_pre, npu_mhc_pre_backward, set_num_threads
+from ._output_cache import get_output_cache, set_output_cache
 from . import nn  # mhc.nn.MhcPre, the pre block as a torch.nn.Module
 
 __version__ = _lib.version()
@@ -22,5 +23,5 @@ def isa():
 
 __all__ = [
     "npu_mhc_pre", "npu_mhc_pre_backward", "mhc_pre", "MhcPreFunction",
-    "set_num_threads", "get_num_threads", "isa", "__version__",
+    "set_num_threads", "get_num_threads", "set_output_cache", "get_output_cache", "isa", "__version__",
 ]

@@ -1,7 +1,8 @@
 """The torch_npu-style functions npu_mhc_pre / npu_mhc_pre_backward on CPU tensors.
 
 Inputs are handed to the C library as views with their real strides (no copies);
-outputs are allocated here with torch.empty (contiguous). All validation of shapes,
+outputs are allocated here (contiguous; the large ones from _output_cache, which
+reuses buffers whose tensors are gone). All validation of shapes,
 strides and dtypes is the library's; this side only checks what ctypes cannot
 express (Python types, devices, torch dtypes without an mhc equivalent).
 """
@@ -11,6 +12,7 @@ import numbers
 import torch
 
 from . import _lib
+from ._output_cache import cache as _outputs
 
 _MHC_DTYPE = {torch.bfloat16: _lib.BF16, torch.float16: _lib.FP16, torch.float32: _lib.FP32}
 _X_DTYPES = "bf16, fp16 or fp32"
@@ -126,15 +128,15 @@ def npu_mhc_pre(x, phi, alpha, bias, *, gamma=None, norm_eps=1e-6, hc_eps=1e-6, 
     f = phi.shape[0] if phi.dim() >= 1 else 2 * n
     r = max(f - 2 * n, 0)
     f32 = torch.float32
-    h_in = torch.empty(lead + (d,), dtype=x.dtype)
+    h_in = _outputs.empty(lead + (d,), x.dtype)
     h_post = torch.empty(lead + (n,), dtype=f32)
     h_res = None
     if not _two_entry(alpha):
-        h_res = torch.empty(lead + ((n, n) if r == n * n else (r,)), dtype=f32)
+        h_res = _outputs.empty(lead + ((n, n) if r == n * n else (r,)), f32)
     inv_rms = h_mix = h_pre = None
     if out_flag:
         inv_rms = torch.empty(lead, dtype=f32)
-        h_mix = torch.empty(lead + (f,), dtype=f32)
+        h_mix = _outputs.empty(lead + (f,), f32)
         h_pre = torch.empty(lead + (n,), dtype=f32)
 
     views = [_view(t) for t in (x, phi, alpha, bias, gamma, h_in, h_post, h_res, inv_rms, h_mix, h_pre)]
@@ -167,8 +169,8 @@ def npu_mhc_pre_backward(x, phi, alpha, grad_h_in, grad_h_post, grad_h_res, inv_
 
     f32 = torch.float32
     f = phi.shape[0] if phi.dim() >= 1 else (h_mix.shape[-1] if h_mix.dim() >= 1 else 0)
-    grad_x = torch.empty(x.shape, dtype=x.dtype)
-    grad_phi = torch.empty(phi.shape, dtype=f32)
+    grad_x = _outputs.empty(tuple(x.shape), x.dtype)
+    grad_phi = _outputs.empty(tuple(phi.shape), f32)
     grad_alpha = torch.empty(alpha.shape, dtype=f32)
     grad_bias = torch.empty((f,), dtype=f32)
     grad_gamma = torch.empty(gamma.shape, dtype=f32) if gamma is not None else None
