@@ -13,6 +13,7 @@ memoryview that the tensor's storage keeps).
 The cache keeps at most `capacity` bytes of idle buffers (default 2 GiB, or
 MHC_OUTPUT_CACHE_MB); set_output_cache(0) turns it off and releases what it holds.
 """
+import functools
 import mmap
 import os
 import threading
@@ -22,6 +23,11 @@ import torch
 
 MIN_BYTES = 1 << 20
 _PAGE = mmap.PAGESIZE
+
+
+@functools.lru_cache(maxsize=None)
+def _element_size(dtype):
+    return torch.empty((), dtype=dtype).element_size()
 
 
 def _default_capacity():
@@ -60,7 +66,7 @@ class OutputCache:
         numel = 1
         for extent in shape:
             numel *= extent
-        nbytes = numel * torch.empty((), dtype=dtype).element_size()
+        nbytes = numel * _element_size(dtype)
         if nbytes < MIN_BYTES or self._capacity == 0:
             return torch.empty(shape, dtype=dtype)
         size = (nbytes + _PAGE - 1) // _PAGE * _PAGE

@@ -1,8 +1,8 @@
 """The torch_npu-style functions npu_mhc_pre / npu_mhc_pre_backward on CPU tensors.
 
 Inputs are handed to the C library as views with their real strides (no copies);
-outputs are allocated here (contiguous; the large ones from _output_cache, which
-reuses buffers whose tensors are gone). All validation of shapes,
+outputs are allocated here, contiguous, by _output_cache (which reuses the buffers
+of large outputs whose tensors are gone). All validation of shapes,
 strides and dtypes is the library's; this side only checks what ctypes cannot
 express (Python types, devices, torch dtypes without an mhc equivalent).
 """
@@ -129,15 +129,15 @@ def npu_mhc_pre(x, phi, alpha, bias, *, gamma=None, norm_eps=1e-6, hc_eps=1e-6, 
     r = max(f - 2 * n, 0)
     f32 = torch.float32
     h_in = _outputs.empty(lead + (d,), x.dtype)
-    h_post = torch.empty(lead + (n,), dtype=f32)
+    h_post = _outputs.empty(lead + (n,), f32)
     h_res = None
     if not _two_entry(alpha):
         h_res = _outputs.empty(lead + ((n, n) if r == n * n else (r,)), f32)
     inv_rms = h_mix = h_pre = None
     if out_flag:
-        inv_rms = torch.empty(lead, dtype=f32)
+        inv_rms = _outputs.empty(lead, f32)
         h_mix = _outputs.empty(lead + (f,), f32)
-        h_pre = torch.empty(lead + (n,), dtype=f32)
+        h_pre = _outputs.empty(lead + (n,), f32)
 
     views = [_view(t) for t in (x, phi, alpha, bias, gamma, h_in, h_post, h_res, inv_rms, h_mix, h_pre)]
     options = _options(norm_eps, hc_eps)
@@ -169,11 +169,11 @@ def npu_mhc_pre_backward(x, phi, alpha, grad_h_in, grad_h_post, grad_h_res, inv_
 
     f32 = torch.float32
     f = phi.shape[0] if phi.dim() >= 1 else (h_mix.shape[-1] if h_mix.dim() >= 1 else 0)
-    grad_x = _outputs.empty(tuple(x.shape), x.dtype)
-    grad_phi = _outputs.empty(tuple(phi.shape), f32)
-    grad_alpha = torch.empty(alpha.shape, dtype=f32)
-    grad_bias = torch.empty((f,), dtype=f32)
-    grad_gamma = torch.empty(gamma.shape, dtype=f32) if gamma is not None else None
+    grad_x = _outputs.empty(x.shape, x.dtype)
+    grad_phi = _outputs.empty(phi.shape, f32)
+    grad_alpha = _outputs.empty(alpha.shape, f32)
+    grad_bias = _outputs.empty((f,), f32)
+    grad_gamma = _outputs.empty(gamma.shape, f32) if gamma is not None else None
 
     tensors = (x, phi, alpha, grad_h_in, grad_h_post, grad_h_res, inv_rms, h_mix, h_pre, h_post,
                gamma, grad_x_post, grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma)

@@ -24,6 +24,7 @@
 
 #include "kernels/kernels.hpp"
 #include "test_util.hpp"
+#include "validation_util.hpp"  // to_c
 
 namespace mhc_test {
 namespace {
@@ -53,15 +54,6 @@ std::vector<std::vector<uint8_t>> output_bytes(const Operands& o, bool forward) 
     if (t.present()) out.push_back(t.buffer.snapshot());
   }
   return out;
-}
-
-mhc_tensor to_c(const TensorView& v) {
-  mhc_tensor t{};
-  t.data = v.data;
-  t.dtype = static_cast<int32_t>(v.dtype);
-  t.rank = v.rank;
-  for (int i = 0; i < MHC_MAX_RANK; ++i) { t.shape[i] = v.shape[i]; t.strides[i] = v.strides[i]; }
-  return t;
 }
 
 // A view of `dims` whose every stride is 0: any element count in a few bytes
