@@ -5,6 +5,9 @@
                                      inv_rms, h_mix, h_pre, h_post)
     h_in, h_post, h_res = mhc.mhc_pre(x, phi, alpha, bias)   # differentiable
 
+npu_mhc_pre is differentiable as well (the same autograd rule, MhcPreFunction) when an
+input requires grad; its caches inv_rms, h_mix, h_pre are non-differentiable outputs.
+
 The native library is bound through its C ABI with ctypes (see _lib.py).
 """
 from . import _lib

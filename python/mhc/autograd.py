@@ -1,31 +1,42 @@
-"""mhc_pre: the differentiable forward, backed by npu_mhc_pre / npu_mhc_pre_backward."""
+"""The autograd rule of npu_mhc_pre (SPEC §8), and mhc_pre, its three-output form."""
 import torch
 from torch.autograd.function import once_differentiable
 
-from .ops import npu_mhc_pre, npu_mhc_pre_backward
+from .ops import _check_pre_args, _run_pre_forward, npu_mhc_pre_backward
 
 
 class MhcPreFunction(torch.autograd.Function):
-    """Forward with caches; backward through the library's MhcPreBackward."""
+    """Forward with caches; backward through the library's MhcPreBackward.
+
+    apply(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag=0) returns
+    (h_in, h_post, h_res), and with out_flag=1 also the caches (inv_rms, h_mix, h_pre).
+    The caches are always computed (the backward needs them); returned, they are
+    non-differentiable outputs, so gradients flow from h_in, h_post and h_res only.
+    """
 
     @staticmethod
-    def forward(ctx, x, phi, alpha, bias, gamma, norm_eps, hc_eps):
-        h_in, h_post, h_res, inv_rms, h_mix, h_pre = npu_mhc_pre(
-            x, phi, alpha, bias, gamma=gamma, norm_eps=norm_eps, hc_eps=hc_eps, out_flag=1)
+    def forward(ctx, x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag=0):
+        norm_eps, hc_eps = _check_pre_args(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag)
+        outputs = _run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, with_caches=True)
+        h_in, h_post, h_res, inv_rms, h_mix, h_pre = outputs
         ctx.save_for_backward(x, phi, alpha, gamma, inv_rms, h_mix, h_pre, h_post)
         ctx.hc_eps = hc_eps
         ctx.h_in_shape = h_in.shape
         ctx.h_res_shape = None if h_res is None else h_res.shape
         # Unused outputs give None grads (zeros made below only when needed).
         ctx.set_materialize_grads(False)
-        return h_in, h_post, h_res
+        if not out_flag:
+            return h_in, h_post, h_res
+        ctx.mark_non_differentiable(inv_rms, h_mix, h_pre)
+        return outputs
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_h_in, grad_h_post, grad_h_res):
-        needs = ctx.needs_input_grad
+    def backward(ctx, grad_h_in, grad_h_post, grad_h_res, *grads_of_caches):
+        needs = ctx.needs_input_grad  # one per argument of apply (7 or 8)
+        no_grads_of_options = (None,) * (len(needs) - 5)  # norm_eps, hc_eps[, out_flag]
         if not any(needs[:5]):
-            return (None,) * 7
+            return (None,) * 5 + no_grads_of_options
         x, phi, alpha, gamma, inv_rms, h_mix, h_pre, h_post = ctx.saved_tensors
         if grad_h_in is None:
             grad_h_in = torch.zeros(ctx.h_in_shape, dtype=x.dtype)
@@ -39,13 +50,14 @@ class MhcPreFunction(torch.autograd.Function):
             x, phi, alpha, grad_h_in, grad_h_post, grad_h_res, inv_rms, h_mix, h_pre, h_post,
             gamma=gamma, hc_eps=ctx.hc_eps)
         grads = (grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma)
-        return tuple(g if need else None for g, need in zip(grads, needs[:5])) + (None, None)
+        return tuple(g if need else None for g, need in zip(grads, needs[:5])) + no_grads_of_options
 
 
 def mhc_pre(x, phi, alpha, bias, gamma=None, norm_eps=1e-6, hc_eps=1e-6):
     """Differentiable mHC pre-block: returns (h_in, h_post, h_res).
 
     h_res is None for a two-entry alpha. loss.backward() fills the grads of x, phi,
-    alpha, bias and gamma (those that require grad).
+    alpha, bias and gamma (those that require grad). The same as
+    npu_mhc_pre(...)[:3], except that the caches are computed on every call.
     """
     return MhcPreFunction.apply(x, phi, alpha, bias, gamma, norm_eps, hc_eps)

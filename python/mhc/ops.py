@@ -1,4 +1,5 @@
-"""The torch_npu-style functions npu_mhc_pre / npu_mhc_pre_backward on CPU tensors.
+"""The torch_npu-style functions npu_mhc_pre / npu_mhc_pre_backward on CPU tensors
+(npu_mhc_pre's autograd rule is autograd.MhcPreFunction).
 
 Inputs are handed to the C library as views with their real strides (no copies);
 outputs are allocated here, contiguous, by _output_cache (which reuses the buffers
@@ -105,24 +106,25 @@ def _two_entry(alpha):
     return alpha.numel() == 2
 
 
-def npu_mhc_pre(x, phi, alpha, bias, *, gamma=None, norm_eps=1e-6, hc_eps=1e-6, out_flag=0):
-    """mHC pre-block forward (SPEC §2).
-
-    Returns (h_in, h_post, h_res, inv_rms, h_mix, h_pre); the last three are None
-    unless out_flag=1, h_res is None for a two-entry alpha (F = 2N).
-    """
-    x = _check("x", x)
-    phi = _check("phi", phi, "fp32")
-    alpha = _check("alpha", alpha, "fp32")
-    bias = _check("bias", bias, "fp32")
-    gamma = _check("gamma", gamma, "fp32", optional=True)
+def _check_pre_args(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag):
+    """npu_mhc_pre's Python-side checks, in argument order; returns (norm_eps, hc_eps)."""
+    _check("x", x)
+    _check("phi", phi, "fp32")
+    _check("alpha", alpha, "fp32")
+    _check("bias", bias, "fp32")
+    _check("gamma", gamma, "fp32", optional=True)
     norm_eps = _eps("norm_eps", norm_eps)
     hc_eps = _eps("hc_eps", hc_eps)
     if isinstance(out_flag, bool) or not isinstance(out_flag, numbers.Integral):
         raise TypeError(f"out_flag: expected 0 or 1, got {type(out_flag).__name__}")
     if out_flag not in (0, 1):
         raise ValueError(f"out_flag: expected 0 or 1, got {out_flag}")
+    return norm_eps, hc_eps
 
+
+def _run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, with_caches):
+    """The library's forward on checked arguments: (h_in, h_post, h_res, inv_rms, h_mix,
+    h_pre), the last three None unless with_caches."""
     lead, n, d = _token_dims(x)
     # Shapes of the outputs follow the inputs; the library checks they agree.
     f = phi.shape[0] if phi.dim() >= 1 else 2 * n
@@ -134,7 +136,7 @@ def npu_mhc_pre(x, phi, alpha, bias, *, gamma=None, norm_eps=1e-6, hc_eps=1e-6, 
     if not _two_entry(alpha):
         h_res = _outputs.empty(lead + ((n, n) if r == n * n else (r,)), f32)
     inv_rms = h_mix = h_pre = None
-    if out_flag:
+    if with_caches:
         inv_rms = _outputs.empty(lead, f32)
         h_mix = _outputs.empty(lead + (f,), f32)
         h_pre = _outputs.empty(lead + (n,), f32)
@@ -144,6 +146,35 @@ def npu_mhc_pre(x, phi, alpha, bias, *, gamma=None, norm_eps=1e-6, hc_eps=1e-6, 
     status = _lib.lib.mhc_pre_forward(*[_ptr(v) for v in views], ctypes.byref(options))
     _raise_on_error(status)
     return h_in, h_post, h_res, inv_rms, h_mix, h_pre
+
+
+def _builds_graph(*inputs):
+    """True when autograd would record a call on these inputs (grad mode on and one of
+    them requires grad)."""
+    return torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
+
+
+def npu_mhc_pre(x, phi, alpha, bias, *, gamma=None, norm_eps=1e-6, hc_eps=1e-6, out_flag=0):
+    """mHC pre-block forward (SPEC §2), differentiable (SPEC §8).
+
+    Returns (h_in, h_post, h_res, inv_rms, h_mix, h_pre); the last three are None
+    unless out_flag=1, h_res is None for a two-entry alpha (F = 2N).
+
+    When grad mode is on and x, phi, alpha, bias or gamma requires grad, the call goes
+    through autograd.MhcPreFunction: h_in, h_post and h_res get a grad_fn whose backward
+    is npu_mhc_pre_backward. The caches inv_rms, h_mix, h_pre are non-differentiable
+    outputs (requires_grad False): they are the backward's saved state, not values to
+    train through, so gradients flow from h_in, h_post and h_res only. Otherwise (no
+    input requires grad, torch.no_grad, inference_mode) the library is called directly.
+    """
+    if _builds_graph(x, phi, alpha, bias, gamma):
+        from .autograd import MhcPreFunction  # deferred: autograd imports this module
+
+        outputs = MhcPreFunction.apply(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag)
+        return outputs if out_flag else outputs + (None, None, None)
+    norm_eps, hc_eps = _check_pre_args(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag)
+    return _run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, with_caches=bool(out_flag))
 
 
 def npu_mhc_pre_backward(x, phi, alpha, grad_h_in, grad_h_post, grad_h_res, inv_rms, h_mix,

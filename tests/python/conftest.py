@@ -274,3 +274,25 @@ def compare_with_oracle(inp, outputs, case, norm_eps=1e-6, hc_eps=1e-6, also=())
         assert ours is not None, f"{name}: missing"
         errs[name] = check_output(name, ours, truth[name], mags[name], case, terms_abs.get(name))
     return errs
+
+
+# Autograd tests (mhc_pre and npu_mhc_pre): fresh leaves and a loss whose incoming grads
+# are the test's grad tensors.
+LEAVES = ("x", "phi", "alpha", "bias", "gamma")
+
+
+def leaves_of(inp, requires=LEAVES):
+    out = {}
+    for name in LEAVES:
+        t = inp[name]
+        out[name] = None if t is None else t.clone().requires_grad_(name in requires)
+    return out
+
+
+def weighted_loss(h_in, h_post, h_res, inp):
+    """sum(h_in*g_h_in) + sum(h_post*g_h_post) + sum(h_res*g_h_res): the incoming grads
+    of the outputs are then exactly the test's grad tensors."""
+    loss = (h_in.float() * inp["grad_h_in"].float()).sum() + (h_post * inp["grad_h_post"]).sum()
+    if h_res is not None:
+        loss = loss + (h_res * inp["grad_h_res"]).sum()
+    return loss

@@ -5,26 +5,8 @@ import pytest
 import torch
 
 import mhc
-from conftest import DTYPES, assert_same_bits, compare_with_oracle, make_inputs
-
-LEAVES = ("x", "phi", "alpha", "bias", "gamma")
-
-
-def leaves_of(inp, requires=LEAVES):
-    out = {}
-    for name in LEAVES:
-        t = inp[name]
-        out[name] = None if t is None else t.clone().requires_grad_(name in requires)
-    return out
-
-
-def weighted_loss(h_in, h_post, h_res, inp):
-    """sum(h_in*g_h_in) + sum(h_post*g_h_post) + sum(h_res*g_h_res): the incoming grads
-    of the outputs are then exactly the test's grad tensors."""
-    loss = (h_in.float() * inp["grad_h_in"].float()).sum() + (h_post * inp["grad_h_post"]).sum()
-    if h_res is not None:
-        loss = loss + (h_res * inp["grad_h_res"]).sum()
-    return loss
+from conftest import (DTYPES, LEAVES, assert_same_bits, compare_with_oracle, leaves_of,
+                      make_inputs, weighted_loss)
 
 
 @pytest.mark.parametrize("layout", ["BSND", "TND"])
