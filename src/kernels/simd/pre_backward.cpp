@@ -102,12 +102,23 @@ void BackwardTokenStats(const BackwardArgs& args, int64_t chunk0, int64_t t0, in
   });
 }
 
+// What the last block of rows does with a strip's final gu, token by token: the
+// chunk's sum of v*gu (for grad_gamma), and y = gamma*gu + c*v stored in gu's
+// place, so that the row phase reads one tile instead of two.
+struct StripFinish {
+  const float* c;      // [tokens] the chunk's c
+  VF gamma;            // the strip's gamma (ones without gamma)
+  float* gamma_total;  // the strip's running sums of v*gu
+  int64_t width;
+};
+
 // One strip, rows [f0, f0+R), the chunk's `tokens` tokens: chunk sums of G v^T
-// added to the totals (only the strip's `width` real columns), gu accumulated.
-template <int R>
+// added to the totals (only the strip's `width` real columns), gu accumulated;
+// with kLast, the strip finished as StripFinish says.
+template <int R, bool kLast>
 HWY_INLINE void StripBlock(const float* G_chunk, int64_t F, int64_t tokens, int64_t f0,
                            const float* const* phi_rows, const float* v_tile, float* gu_tile, bool first_block,
-                           int64_t width, float* totals, int64_t total_stride) {
+                           int64_t width, float* totals, int64_t total_stride, const StripFinish& finish) {
   const DF df;
   const int64_t L = hn::Lanes(df);
   VF w[R], sums[R];
@@ -116,6 +127,7 @@ HWY_INLINE void StripBlock(const float* G_chunk, int64_t F, int64_t tokens, int6
     w[r] = hn::LoadU(df, phi_rows[r]);
     sums[r] = hn::Zero(df);
   }
+  VF gamma_sum = hn::Zero(df);
   for (int64_t t = 0; t < tokens; ++t) {
     const VF v = hn::Load(df, v_tile + t * kTokenFloats);
     const float* G = G_chunk + t * F + f0;
@@ -127,7 +139,13 @@ HWY_INLINE void StripBlock(const float* G_chunk, int64_t F, int64_t tokens, int6
       if (r % 2 == 0) gu_even = hn::MulAdd(g, w[r], gu_even);
       else gu_odd = hn::MulAdd(g, w[r], gu_odd);
     }
-    hn::Store(hn::Add(gu_even, gu_odd), df, gu_tile + t * kTokenFloats);
+    const VF gu = hn::Add(gu_even, gu_odd);
+    if constexpr (kLast) {
+      gamma_sum = hn::MulAdd(v, gu, gamma_sum);
+      hn::Store(hn::MulAdd(hn::Set(df, finish.c[t]), v, hn::Mul(finish.gamma, gu)), df, gu_tile + t * kTokenFloats);
+    } else {
+      hn::Store(gu, df, gu_tile + t * kTokenFloats);
+    }
   }
   for (int r = 0; r < R; ++r) {
     float* total = totals + (f0 + r) * total_stride;
@@ -139,22 +157,28 @@ HWY_INLINE void StripBlock(const float* G_chunk, int64_t F, int64_t tokens, int6
       for (int64_t i = 0; i < width; ++i) total[i] += lanes[i];
     }
   }
+  if constexpr (kLast) {
+    HWY_ALIGN float lanes[hn::MaxLanes(df)];
+    hn::Store(gamma_sum, df, lanes);
+    for (int64_t i = 0; i < finish.width; ++i) finish.gamma_total[i] += lanes[i];
+  }
 }
 
+template <bool kLast>
 static void RunStripBlock(int rows, const float* G_chunk, int64_t F, int64_t tokens, int64_t f0,
                           const float* const* phi_rows, const float* v_tile, float* gu_tile, bool first,
-                          int64_t width, float* totals, int64_t total_stride) {
-#define MHC_STRIP_CASE(R)                                                                      \
-  case R:                                                                                      \
-    return StripBlock<R>(G_chunk, F, tokens, f0, phi_rows, v_tile, gu_tile, first, width, totals, \
-                         total_stride);
+                          int64_t width, float* totals, int64_t total_stride, const StripFinish& finish) {
+#define MHC_STRIP_CASE(R)                                                                                  \
+  case R:                                                                                                  \
+    return StripBlock<R, kLast>(G_chunk, F, tokens, f0, phi_rows, v_tile, gu_tile, first, width, totals, \
+                                total_stride, finish);
   switch (rows) {
     MHC_STRIP_CASE(1) MHC_STRIP_CASE(2) MHC_STRIP_CASE(3) MHC_STRIP_CASE(4) MHC_STRIP_CASE(5)
     MHC_STRIP_CASE(6) MHC_STRIP_CASE(7) MHC_STRIP_CASE(8) MHC_STRIP_CASE(9) MHC_STRIP_CASE(10)
     MHC_STRIP_CASE(11)
     default:
-      return StripBlock<kBlockRows>(G_chunk, F, tokens, f0, phi_rows, v_tile, gu_tile, first, width, totals,
-                                    total_stride);
+      return StripBlock<kBlockRows, kLast>(G_chunk, F, tokens, f0, phi_rows, v_tile, gu_tile, first, width,
+                                           totals, total_stride, finish);
   }
 #undef MHC_STRIP_CASE
 }
@@ -169,6 +193,7 @@ void BackwardColumns(const BackwardArgs& args, int64_t t0, int64_t t1, const pla
   const int64_t L = tiles.L, tokens = t1 - t0;
   float* phi_padded = args.scratch(worker);  // [kBlockRows][L]
   const float* G_chunk = args.workspace + plan.off_G + t0 * d.F;
+  const float* c_chunk = args.workspace + plan.off_c + t0;
   float* phi_total = args.workspace + plan.off_phi_total;
   float* gamma_total = args.workspace + plan.off_gamma_total;
   const float* phi = static_cast<const float*>(p.phi.data);
@@ -191,69 +216,55 @@ void BackwardColumns(const BackwardArgs& args, int64_t t0, int64_t t1, const pla
           phi_rows[r] = phi_padded + r * L;
         }
       }
-      RunStripBlock(rows, G_chunk, d.F, tokens, f0, phi_rows, tiles.at(tiles.v, item.n, j / L, 0),
-                    tiles.at(tiles.gu, item.n, j / L, 0), f0 == 0, width, phi_total + k, d.K);
+      float* v_tile = tiles.at(tiles.v, item.n, j / L, 0);
+      float* gu_tile = tiles.at(tiles.gu, item.n, j / L, 0);
+      if (f0 + rows < d.F) {
+        RunStripBlock<false>(rows, G_chunk, d.F, tokens, f0, phi_rows, v_tile, gu_tile, f0 == 0, width,
+                             phi_total + k, d.K, StripFinish{});
+        continue;
+      }
+      const VF gamma = p.gamma.present()
+                           ? LoadRow(df, p.gamma.data, DType::fp32, p.gamma.at(item.n, j), p.gamma.stride[3], width)
+                           : hn::Set(df, 1.0f);
+      RunStripBlock<true>(rows, G_chunk, d.F, tokens, f0, phi_rows, v_tile, gu_tile, f0 == 0, width,
+                          phi_total + k, d.K, StripFinish{c_chunk, gamma, gamma_total + k, width});
     }
-  }
-  for (int64_t j = item.d0; j < item.d1; j += L) {
-    const int64_t width = std::min(L, item.d1 - j), k = item.n * d.D + j;
-    const float* v_tile = tiles.at(tiles.v, item.n, j / L, 0);
-    const float* gu_tile = tiles.at(tiles.gu, item.n, j / L, 0);
-    VF gamma_sum = hn::Zero(df);  // the chunk's sum of v * gu
-    for (int64_t t = 0; t < tokens; ++t)
-      gamma_sum = hn::MulAdd(hn::Load(df, v_tile + t * kTokenFloats), hn::Load(df, gu_tile + t * kTokenFloats), gamma_sum);
-    HWY_ALIGN float lanes[hn::MaxLanes(df)];
-    hn::Store(gamma_sum, df, lanes);
-    for (int64_t i = 0; i < width; ++i) gamma_total[k + i] += lanes[i];
   }
 }
 
-// grad_x = h_pre[n] grad_h_in + gamma gu + c v + grad_x_post, token by token.
+// grad_x = h_pre[n] grad_h_in + y + grad_x_post (y = gamma gu + c v, left in
+// the gu tile by the column phase), token by token.
 void BackwardRows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t t1, int) {
   const core::BackwardProblem& p = *args.problem;
   const core::Dims& d = p.dims;
   const DF df;
   const Tiles tiles = TilesOf(args);
   const int64_t L = tiles.L, full = d.D / L * L;
-  const float* c_all = args.workspace + args.plan->off_c;
-  const int64_t ghs = p.grad_h_in.stride[3], gs = p.gamma.stride[3];
-  const int64_t posts = p.grad_x_post.stride[3], outs = p.grad_x.stride[3];
-  const bool has_gamma = p.gamma.present(), has_post = p.grad_x_post.present();
-  const bool unit = ghs == 1 && (!has_gamma || gs == 1) && (!has_post || posts == 1) && outs == 1;
-  const float* gamma = static_cast<const float*>(p.gamma.data);
+  const int64_t ghs = p.grad_h_in.stride[3], posts = p.grad_x_post.stride[3], outs = p.grad_x.stride[3];
+  const bool has_post = p.grad_x_post.present();
+  const bool unit = ghs == 1 && (!has_post || posts == 1) && outs == 1;
   // grad_x far larger than the caches: stream it to memory.
   const bool stream = d.T * d.K * core::element_size(p.grad_x.dtype) > kStreamBytes;
   WithDType(p.x.dtype, [&]<DType T>() {  // grad_h_in, grad_x_post and grad_x have x's dtype
     for (int64_t t = t0; t < t1; ++t) {
-      const VF c = hn::Set(df, c_all[t]);
       const int64_t gh_at = p.grad_h_in.at(t, 0, 0);
       for (int64_t n = 0; n < d.N; ++n) {
         const VF h_pre = hn::Set(df, p.h_pre.load(p.h_pre.at(t, 0, n)));
         const int64_t out_at = p.grad_x.at(t, n, 0);
         const int64_t post_at = has_post ? p.grad_x_post.at(t, n, 0) : 0;
-        const int64_t gamma_at = has_gamma ? p.gamma.at(n, 0) : 0;
         int64_t j = 0, strip = 0;
         if (unit)
           for (; j < full; j += L, ++strip) {
-            const float* v_tile = tiles.at(tiles.v, n, strip, t - chunk0);
-            const float* gu_tile = tiles.at(tiles.gu, n, strip, t - chunk0);
-            VF gx = hn::Mul(h_pre, LoadT<T>(df, p.grad_h_in.data, gh_at + j));
-            const VF gu = hn::Load(df, gu_tile);
-            gx = has_gamma ? hn::MulAdd(hn::LoadU(df, gamma + gamma_at + j), gu, gx) : hn::Add(gx, gu);
-            gx = hn::MulAdd(c, hn::Load(df, v_tile), gx);
+            const VF y = hn::Load(df, tiles.at(tiles.gu, n, strip, t - chunk0));
+            VF gx = hn::MulAdd(h_pre, LoadT<T>(df, p.grad_h_in.data, gh_at + j), y);
             if (has_post) gx = hn::Add(gx, LoadT<T>(df, p.grad_x_post.data, post_at + j));
             if (stream) StreamT<T>(df, gx, p.grad_x.data, out_at + j);
             else StoreT<T>(df, gx, p.grad_x.data, out_at + j);
           }
         for (; j < d.D; j += L, ++strip) {
-          const float* v_tile = tiles.at(tiles.v, n, strip, t - chunk0);
-          const float* gu_tile = tiles.at(tiles.gu, n, strip, t - chunk0);
           const int64_t width = std::min(L, d.D - j);
-          VF gx = hn::Mul(h_pre, LoadRow(df, p.grad_h_in.data, T, gh_at + j * ghs, ghs, width));
-          const VF gu = hn::Load(df, gu_tile);
-          gx = has_gamma ? hn::MulAdd(LoadRow(df, gamma, DType::fp32, gamma_at + j * gs, gs, width), gu, gx)
-                         : hn::Add(gx, gu);
-          gx = hn::MulAdd(c, hn::Load(df, v_tile), gx);
+          const VF y = hn::Load(df, tiles.at(tiles.gu, n, strip, t - chunk0));
+          VF gx = hn::MulAdd(h_pre, LoadRow(df, p.grad_h_in.data, T, gh_at + j * ghs, ghs, width), y);
           if (has_post)
             gx = hn::Add(gx, LoadRow(df, p.grad_x_post.data, T, post_at + j * posts, posts, width));
           StoreRow(df, gx, p.grad_x.data, T, out_at + j * outs, outs, width);
