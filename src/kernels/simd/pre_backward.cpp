@@ -29,36 +29,43 @@ namespace mhc::kernels::simd::HWY_NAMESPACE {
 // Rows of phi per register block: 2*rows + 4 vector registers (32 on AVX-512, 16 on AVX2).
 constexpr int kBlockRows = HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 ? 6 : 12;
 
-// A chunk's tiles hold x as fp32 (v) and gu, in blocks of one column item:
-// [stream n][item of n][token][strip of the item][lane]. The column phase walks a
-// strip's tokens at a fixed stride of about 1 KiB inside the item's block, and the
-// row phases walk a token's strips through contiguous 1-KiB runs: both patterns
-// the hardware prefetchers follow. (With [strip][token][lane], the row phases
-// stepped 4 KiB per vector and every load missed.) A token's row in a block is
-// padded by a cache line, so that tokens 4 apart do not alias in L1.
+// A chunk's tiles hold x in its own dtype (v) and gu as fp32, in blocks of one
+// column item: [stream n][item of n][token][strip of the item][lane]. The column
+// phase walks a strip's tokens at a fixed stride of about 1 KiB inside the item's
+// block, and the row phases walk a token's strips through contiguous runs: both
+// patterns the hardware prefetchers follow. (With [strip][token][lane], the row
+// phases stepped 4 KiB per vector and every load missed.) A token's row in a
+// block is padded by a cache line, so that tokens 4 apart do not alias in L1.
 constexpr int64_t kStripsPerBlock = plan::kColumnsPerItem / hn::MaxLanes(DF());
 constexpr int64_t kTokenFloats = plan::kColumnsPerItem + 16;
 constexpr int64_t kBlockFloats = plan::kTokensPerChunk * kTokenFloats;
 
 struct Tiles {
   int64_t L, blocks_per_stream;
-  float* v;
+  int64_t v_row;  // elements of a token's row in the v tile: the item's columns and a cache line
+  char* v;        // in x's dtype
   float* gu;
-  // The vector of strip s (counted in stream n) of the chunk's token t.
-  float* at(float* base, int64_t n, int64_t s, int64_t t) const {
-    return base + (n * blocks_per_stream + s / kStripsPerBlock) * kBlockFloats + t * kTokenFloats +
+  // The element offset in v, and the address in gu, of strip s (counted in stream n) of the chunk's token t.
+  int64_t v_at(int64_t n, int64_t s, int64_t t) const {
+    return ((n * blocks_per_stream + s / kStripsPerBlock) * plan::kTokensPerChunk + t) * v_row +
+           (s % kStripsPerBlock) * L;
+  }
+  float* gu_at(int64_t n, int64_t s, int64_t t) const {
+    return gu + (n * blocks_per_stream + s / kStripsPerBlock) * kBlockFloats + t * kTokenFloats +
            (s % kStripsPerBlock) * L;
   }
 };
 
-static int64_t TileFloats(const core::Dims& d) {
+static int64_t TileFloats(const core::Dims& d) {  // the v tile is sized for fp32 x, the widest
   return d.N * plan::ceil_div(d.D, plan::kColumnsPerItem) * kBlockFloats + 16;  // + a line between v and gu
 }
 
 static Tiles TilesOf(const BackwardArgs& args) {
   const core::Dims& d = args.problem->dims;
   float* base = args.chunk_buffers();
-  return {int64_t(hn::Lanes(DF())), plan::ceil_div(d.D, plan::kColumnsPerItem), base, base + TileFloats(d)};
+  const int64_t element_bytes = core::element_size(args.problem->x.dtype);
+  return {int64_t(hn::Lanes(DF())), plan::ceil_div(d.D, plan::kColumnsPerItem),
+          plan::kColumnsPerItem + 64 / element_bytes, reinterpret_cast<char*>(base), base + TileFloats(d)};
 }
 
 int64_t BackwardChunkFloats(const core::Dims& d) { return 2 * TileFloats(d); }
@@ -87,13 +94,13 @@ void BackwardTokenStats(const BackwardArgs& args, int64_t chunk0, int64_t t0, in
           for (; j < full; j += L, ++strip) {
             const VF v = LoadT<T>(df, p.x.data, x_at + j);
             lanes = hn::MulAdd(v, LoadT<T>(df, p.grad_h_in.data, gh_at + j), lanes);
-            hn::Store(v, df, tiles.at(tiles.v, n, strip, t - chunk0));
+            CopyT<T>(df, p.x.data, x_at + j, tiles.v, tiles.v_at(n, strip, t - chunk0));
           }
         for (; j < d.D; j += L, ++strip) {
           const int64_t width = std::min(L, d.D - j);
           const VF v = LoadRow(df, p.x.data, T, x_at + j * xs, xs, width);
           lanes = hn::MulAdd(v, LoadRow(df, p.grad_h_in.data, T, gh_at + j * ghs, ghs, width), lanes);
-          hn::Store(v, df, tiles.at(tiles.v, n, strip, t - chunk0));
+          StoreT<T>(df, v, tiles.v, tiles.v_at(n, strip, t - chunk0));  // exact: v came from T
         }
         g_pre[n] = FoldLanes(df, lanes);
       }
@@ -115,9 +122,9 @@ struct StripFinish {
 // One strip, rows [f0, f0+R), the chunk's `tokens` tokens: chunk sums of G v^T
 // added to the totals (only the strip's `width` real columns), gu accumulated;
 // with kLast, the strip finished as StripFinish says.
-template <int R, bool kLast>
+template <int R, bool kLast, DType T>
 HWY_INLINE void StripBlock(const float* G_chunk, int64_t F, int64_t tokens, int64_t f0,
-                           const float* const* phi_rows, const float* v_tile, float* gu_tile, bool first_block,
+                           const float* const* phi_rows, const void* v_tile, int64_t v_row, float* gu_tile, bool first_block,
                            int64_t width, float* totals, int64_t total_stride, const StripFinish& finish) {
   const DF df;
   const int64_t L = hn::Lanes(df);
@@ -129,7 +136,7 @@ HWY_INLINE void StripBlock(const float* G_chunk, int64_t F, int64_t tokens, int6
   }
   VF gamma_sum = hn::Zero(df);
   for (int64_t t = 0; t < tokens; ++t) {
-    const VF v = hn::Load(df, v_tile + t * kTokenFloats);
+    const VF v = LoadT<T>(df, v_tile, t * v_row);
     const float* G = G_chunk + t * F + f0;
     VF gu_even = first_block ? hn::Zero(df) : hn::Load(df, gu_tile + t * kTokenFloats), gu_odd = hn::Zero(df);
 #pragma GCC unroll 16
@@ -164,20 +171,20 @@ HWY_INLINE void StripBlock(const float* G_chunk, int64_t F, int64_t tokens, int6
   }
 }
 
-template <bool kLast>
+template <bool kLast, DType T>
 static void RunStripBlock(int rows, const float* G_chunk, int64_t F, int64_t tokens, int64_t f0,
-                          const float* const* phi_rows, const float* v_tile, float* gu_tile, bool first,
+                          const float* const* phi_rows, const void* v_tile, int64_t v_row, float* gu_tile, bool first,
                           int64_t width, float* totals, int64_t total_stride, const StripFinish& finish) {
 #define MHC_STRIP_CASE(R)                                                                                  \
   case R:                                                                                                  \
-    return StripBlock<R, kLast>(G_chunk, F, tokens, f0, phi_rows, v_tile, gu_tile, first, width, totals, \
+    return StripBlock<R, kLast, T>(G_chunk, F, tokens, f0, phi_rows, v_tile, v_row, gu_tile, first, width, totals, \
                                 total_stride, finish);
   switch (rows) {
     MHC_STRIP_CASE(1) MHC_STRIP_CASE(2) MHC_STRIP_CASE(3) MHC_STRIP_CASE(4) MHC_STRIP_CASE(5)
     MHC_STRIP_CASE(6) MHC_STRIP_CASE(7) MHC_STRIP_CASE(8) MHC_STRIP_CASE(9) MHC_STRIP_CASE(10)
     MHC_STRIP_CASE(11)
     default:
-      return StripBlock<kBlockRows, kLast>(G_chunk, F, tokens, f0, phi_rows, v_tile, gu_tile, first, width,
+      return StripBlock<kBlockRows, kLast, T>(G_chunk, F, tokens, f0, phi_rows, v_tile, v_row, gu_tile, first, width,
                                            totals, total_stride, finish);
   }
 #undef MHC_STRIP_CASE
@@ -202,34 +209,37 @@ void BackwardColumns(const BackwardArgs& args, int64_t t0, int64_t t1, const pla
   // Blocks of phi rows outside, strips inside (the same sums in the same order as
   // strips outside): a block walks its rows of phi and of the totals through
   // contiguous runs, which the prefetchers follow, while the item's tiles (about
-  // 136 KiB) stay in L2 between the blocks.
-  for (int64_t f0 = 0; f0 < d.F; f0 += kBlockRows) {
-    const int rows = int(std::min<int64_t>(kBlockRows, d.F - f0));
-    for (int64_t j = item.d0; j < item.d1; j += L) {
-      const int64_t width = std::min(L, item.d1 - j), k = item.n * d.D + j;
-      const float* phi_rows[kBlockRows];
-      for (int r = 0; r < rows; ++r) {
-        phi_rows[r] = phi + (f0 + r) * p.phi.stride[2] + k * phi_cs;
-        if (width < L || phi_cs != 1) {  // copy the real columns, zero the rest
-          std::fill_n(phi_padded + r * L, L, 0.0f);
-          for (int64_t i = 0; i < width; ++i) phi_padded[r * L + i] = phi[(f0 + r) * p.phi.stride[2] + (k + i) * phi_cs];
-          phi_rows[r] = phi_padded + r * L;
+  // 100 KiB) stay in L2 between the blocks.
+  WithDType(p.x.dtype, [&]<DType T>() {
+    for (int64_t f0 = 0; f0 < d.F; f0 += kBlockRows) {
+      const int rows = int(std::min<int64_t>(kBlockRows, d.F - f0));
+      for (int64_t j = item.d0; j < item.d1; j += L) {
+        const int64_t width = std::min(L, item.d1 - j), k = item.n * d.D + j;
+        const float* phi_rows[kBlockRows];
+        for (int r = 0; r < rows; ++r) {
+          phi_rows[r] = phi + (f0 + r) * p.phi.stride[2] + k * phi_cs;
+          if (width < L || phi_cs != 1) {  // copy the real columns, zero the rest
+            std::fill_n(phi_padded + r * L, L, 0.0f);
+            for (int64_t i = 0; i < width; ++i)
+              phi_padded[r * L + i] = phi[(f0 + r) * p.phi.stride[2] + (k + i) * phi_cs];
+            phi_rows[r] = phi_padded + r * L;
+          }
         }
+        const void* v_tile = tiles.v + tiles.v_at(item.n, j / L, 0) * int64_t(core::element_size(T));
+        float* gu_tile = tiles.gu_at(item.n, j / L, 0);
+        if (f0 + rows < d.F) {
+          RunStripBlock<false, T>(rows, G_chunk, d.F, tokens, f0, phi_rows, v_tile, tiles.v_row, gu_tile, f0 == 0,
+                                  width, phi_total + k, d.K, StripFinish{});
+          continue;
+        }
+        const VF gamma = p.gamma.present() ? LoadRow(df, p.gamma.data, DType::fp32, p.gamma.at(item.n, j),
+                                                     p.gamma.stride[3], width)
+                                           : hn::Set(df, 1.0f);
+        RunStripBlock<true, T>(rows, G_chunk, d.F, tokens, f0, phi_rows, v_tile, tiles.v_row, gu_tile, f0 == 0,
+                               width, phi_total + k, d.K, StripFinish{c_chunk, gamma, gamma_total + k, width});
       }
-      float* v_tile = tiles.at(tiles.v, item.n, j / L, 0);
-      float* gu_tile = tiles.at(tiles.gu, item.n, j / L, 0);
-      if (f0 + rows < d.F) {
-        RunStripBlock<false>(rows, G_chunk, d.F, tokens, f0, phi_rows, v_tile, gu_tile, f0 == 0, width,
-                             phi_total + k, d.K, StripFinish{});
-        continue;
-      }
-      const VF gamma = p.gamma.present()
-                           ? LoadRow(df, p.gamma.data, DType::fp32, p.gamma.at(item.n, j), p.gamma.stride[3], width)
-                           : hn::Set(df, 1.0f);
-      RunStripBlock<true>(rows, G_chunk, d.F, tokens, f0, phi_rows, v_tile, gu_tile, f0 == 0, width,
-                          phi_total + k, d.K, StripFinish{c_chunk, gamma, gamma_total + k, width});
     }
-  }
+  });
 }
 
 // grad_x = h_pre[n] grad_h_in + y + grad_x_post (y = gamma gu + c v, left in
@@ -255,7 +265,7 @@ void BackwardRows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t 
         int64_t j = 0, strip = 0;
         if (unit)
           for (; j < full; j += L, ++strip) {
-            const VF y = hn::Load(df, tiles.at(tiles.gu, n, strip, t - chunk0));
+            const VF y = hn::Load(df, tiles.gu_at(n, strip, t - chunk0));
             VF gx = hn::MulAdd(h_pre, LoadT<T>(df, p.grad_h_in.data, gh_at + j), y);
             if (has_post) gx = hn::Add(gx, LoadT<T>(df, p.grad_x_post.data, post_at + j));
             if (stream) StreamT<T>(df, gx, p.grad_x.data, out_at + j);
@@ -263,7 +273,7 @@ void BackwardRows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t 
           }
         for (; j < d.D; j += L, ++strip) {
           const int64_t width = std::min(L, d.D - j);
-          const VF y = hn::Load(df, tiles.at(tiles.gu, n, strip, t - chunk0));
+          const VF y = hn::Load(df, tiles.gu_at(n, strip, t - chunk0));
           VF gx = hn::MulAdd(h_pre, LoadRow(df, p.grad_h_in.data, T, gh_at + j * ghs, ghs, width), y);
           if (has_post)
             gx = hn::Add(gx, LoadRow(df, p.grad_x_post.data, T, post_at + j * posts, posts, width));

@@ -73,6 +73,18 @@ HWY_INLINE VF LoadT(DF df, const void* base, int64_t offset) {
   else return hn::LoadU(df, static_cast<const float*>(base) + offset);
 }
 
+// Lanes(df) elements of dtype T copied as they are (no conversion).
+template <DType T>
+HWY_INLINE void CopyT(DF df, const void* from, int64_t from_offset, void* to, int64_t to_offset) {
+  if constexpr (T == DType::fp32) {
+    hn::StoreU(hn::LoadU(df, static_cast<const float*>(from) + from_offset), df, static_cast<float*>(to) + to_offset);
+  } else {
+    const hn::Rebind<uint16_t, DF> du16;
+    hn::StoreU(hn::LoadU(du16, static_cast<const uint16_t*>(from) + from_offset), du16,
+               static_cast<uint16_t*>(to) + to_offset);
+  }
+}
+
 HWY_INLINE void StoreAs(DF df, VF v, void* base, DType type, int64_t offset) {
   switch (type) {
     case DType::bf16: return StoreBF16(df, v, static_cast<uint16_t*>(base) + offset);
