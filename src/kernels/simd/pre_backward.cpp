@@ -1,14 +1,14 @@
 // SIMD MhcPreBackward (SPEC §3) for one Highway target, compiled for each by
 // foreach_target. Per chunk of tokens:
 //  1. rows:    each token's x and grad_h_in are read once, in order: g_pre as
-//              lane sums, then the shared scalar step; x is kept as fp32 in
-//              tiles blocked by column item (Tiles below), so that
+//              lane sums, then the shared scalar step; x is kept in its own dtype
+//              in the v tile, blocked by column item (Tiles below), so that
 //  2. columns: per strip (one vector of columns) and block of kBlockRows rows of
 //              phi, the block's phi vectors and its chunk sums of G v^T stay in
 //              registers while the chunk's tokens stream through the item's tile;
-//              gu = phi^T G accumulates into a tile alike, and the chunk's sums of
-//              v*gu are formed here too;
-//  3. rows:    grad_x of each token, written in order from the tiles.
+//              gu = phi^T G accumulates in the gu tile, and the last block of rows
+//              leaves y = gamma*gu + c*v there and adds the chunk's sums of v*gu;
+//  3. rows:    grad_x = h_pre*grad_h_in + y + grad_x_post of each token, in order.
 // The tiles are shared by the workers; which worker does what never changes a bit.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/pre_backward.cpp"
@@ -26,16 +26,18 @@
 HWY_BEFORE_NAMESPACE();
 namespace mhc::kernels::simd::HWY_NAMESPACE {
 
-// Rows of phi per register block: 2*rows + 4 vector registers (32 on AVX-512, 16 on AVX2).
+// Rows of phi per register block: 2*rows + 4 vector registers (32 on AVX-512, 16
+// on AVX2), 3 more in the last block of rows (the sums of v*gu, gamma, c).
 constexpr int kBlockRows = HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 ? 6 : 12;
 
-// A chunk's tiles hold x in its own dtype (v) and gu as fp32, in blocks of one
-// column item: [stream n][item of n][token][strip of the item][lane]. The column
-// phase walks a strip's tokens at a fixed stride of about 1 KiB inside the item's
-// block, and the row phases walk a token's strips through contiguous runs: both
-// patterns the hardware prefetchers follow. (With [strip][token][lane], the row
-// phases stepped 4 KiB per vector and every load missed.) A token's row in a
-// block is padded by a cache line, so that tokens 4 apart do not alias in L1.
+// A chunk's tiles hold x in its own dtype (v) and gu as fp32 (y once the last
+// block of rows has finished a strip), in blocks of one column item:
+// [stream n][item of n][token][strip of the item][lane]. The column phase walks a
+// strip's tokens at a fixed stride (a token's row of the block, 0.5-1 KiB), and
+// the row phases walk a token's strips through contiguous runs: both patterns the
+// hardware prefetchers follow. (With [strip][token][lane], the row phases stepped
+// 4 KiB per vector and every load missed.) A token's row in a block is padded by
+// a cache line, so that the rows of tokens a few apart do not alias in L1.
 constexpr int64_t kStripsPerBlock = plan::kColumnsPerItem / hn::MaxLanes(DF());
 constexpr int64_t kTokenFloats = plan::kColumnsPerItem + 16;
 constexpr int64_t kBlockFloats = plan::kTokensPerChunk * kTokenFloats;
@@ -44,7 +46,7 @@ struct Tiles {
   int64_t L, blocks_per_stream;
   int64_t v_row;  // elements of a token's row in the v tile: the item's columns and a cache line
   char* v;        // in x's dtype
-  float* gu;
+  float* gu;      // gu, then y = gamma*gu + c*v
   // The element offset in v, and the address in gu, of strip s (counted in stream n) of the chunk's token t.
   int64_t v_at(int64_t n, int64_t s, int64_t t) const {
     return ((n * blocks_per_stream + s / kStripsPerBlock) * plan::kTokensPerChunk + t) * v_row +
@@ -100,7 +102,7 @@ void BackwardTokenStats(const BackwardArgs& args, int64_t chunk0, int64_t t0, in
           const int64_t width = std::min(L, d.D - j);
           const VF v = LoadRow(df, p.x.data, T, x_at + j * xs, xs, width);
           lanes = hn::MulAdd(v, LoadRow(df, p.grad_h_in.data, T, gh_at + j * ghs, ghs, width), lanes);
-          StoreT<T>(df, v, tiles.v, tiles.v_at(n, strip, t - chunk0));  // exact: v came from T
+          CopyRow<T>(df, p.x.data, x_at + j * xs, xs, width, tiles.v, tiles.v_at(n, strip, t - chunk0));
         }
         g_pre[n] = FoldLanes(df, lanes);
       }
@@ -116,7 +118,6 @@ struct StripFinish {
   const float* c;      // [tokens] the chunk's c
   VF gamma;            // the strip's gamma (ones without gamma)
   float* gamma_total;  // the strip's running sums of v*gu
-  int64_t width;
 };
 
 // One strip, rows [f0, f0+R), the chunk's `tokens` tokens: chunk sums of G v^T
@@ -135,6 +136,8 @@ HWY_INLINE void StripBlock(const float* G_chunk, int64_t F, int64_t tokens, int6
     sums[r] = hn::Zero(df);
   }
   VF gamma_sum = hn::Zero(df);
+  const float* c = finish.c;  // locals: the stores below could alias finish
+  const VF gamma = finish.gamma;
   for (int64_t t = 0; t < tokens; ++t) {
     const VF v = LoadT<T>(df, v_tile, t * v_row);
     const float* G = G_chunk + t * F + f0;
@@ -149,7 +152,7 @@ HWY_INLINE void StripBlock(const float* G_chunk, int64_t F, int64_t tokens, int6
     const VF gu = hn::Add(gu_even, gu_odd);
     if constexpr (kLast) {
       gamma_sum = hn::MulAdd(v, gu, gamma_sum);
-      hn::Store(hn::MulAdd(hn::Set(df, finish.c[t]), v, hn::Mul(finish.gamma, gu)), df, gu_tile + t * kTokenFloats);
+      hn::Store(hn::MulAdd(hn::Set(df, c[t]), v, hn::Mul(gamma, gu)), df, gu_tile + t * kTokenFloats);
     } else {
       hn::Store(gu, df, gu_tile + t * kTokenFloats);
     }
@@ -167,7 +170,7 @@ HWY_INLINE void StripBlock(const float* G_chunk, int64_t F, int64_t tokens, int6
   if constexpr (kLast) {
     HWY_ALIGN float lanes[hn::MaxLanes(df)];
     hn::Store(gamma_sum, df, lanes);
-    for (int64_t i = 0; i < finish.width; ++i) finish.gamma_total[i] += lanes[i];
+    for (int64_t i = 0; i < width; ++i) finish.gamma_total[i] += lanes[i];
   }
 }
 
@@ -175,18 +178,23 @@ template <bool kLast, DType T>
 static void RunStripBlock(int rows, const float* G_chunk, int64_t F, int64_t tokens, int64_t f0,
                           const float* const* phi_rows, const void* v_tile, int64_t v_row, float* gu_tile, bool first,
                           int64_t width, float* totals, int64_t total_stride, const StripFinish& finish) {
-#define MHC_STRIP_CASE(R)                                                                                  \
-  case R:                                                                                                  \
-    return StripBlock<R, kLast, T>(G_chunk, F, tokens, f0, phi_rows, v_tile, v_row, gu_tile, first, width, totals, \
-                                total_stride, finish);
+  // rows is at most kBlockRows; the cases from kBlockRows up are not instantiated
+  // (AVX2) and fall through to the full block below.
+#define MHC_STRIP_CASE(R)                                                                                \
+  case R:                                                                                                \
+    if constexpr (R < kBlockRows)                                                                        \
+      return StripBlock<R, kLast, T>(G_chunk, F, tokens, f0, phi_rows, v_tile, v_row, gu_tile, first, width, \
+                                     totals, total_stride, finish);                                      \
+    break;
   switch (rows) {
     MHC_STRIP_CASE(1) MHC_STRIP_CASE(2) MHC_STRIP_CASE(3) MHC_STRIP_CASE(4) MHC_STRIP_CASE(5)
     MHC_STRIP_CASE(6) MHC_STRIP_CASE(7) MHC_STRIP_CASE(8) MHC_STRIP_CASE(9) MHC_STRIP_CASE(10)
     MHC_STRIP_CASE(11)
     default:
-      return StripBlock<kBlockRows, kLast, T>(G_chunk, F, tokens, f0, phi_rows, v_tile, v_row, gu_tile, first, width,
-                                           totals, total_stride, finish);
+      break;
   }
+  StripBlock<kBlockRows, kLast, T>(G_chunk, F, tokens, f0, phi_rows, v_tile, v_row, gu_tile, first, width, totals,
+                                   total_stride, finish);
 #undef MHC_STRIP_CASE
 }
 
@@ -208,8 +216,8 @@ void BackwardColumns(const BackwardArgs& args, int64_t t0, int64_t t1, const pla
 
   // Blocks of phi rows outside, strips inside (the same sums in the same order as
   // strips outside): a block walks its rows of phi and of the totals through
-  // contiguous runs, which the prefetchers follow, while the item's tiles (about
-  // 100 KiB) stay in L2 between the blocks.
+  // contiguous runs, which the prefetchers follow, while the item's tiles (100-140
+  // KiB) stay in L2 between the blocks.
   WithDType(p.x.dtype, [&]<DType T>() {
     for (int64_t f0 = 0; f0 < d.F; f0 += kBlockRows) {
       const int rows = int(std::min<int64_t>(kBlockRows, d.F - f0));
@@ -236,14 +244,14 @@ void BackwardColumns(const BackwardArgs& args, int64_t t0, int64_t t1, const pla
                                                      p.gamma.stride[3], width)
                                            : hn::Set(df, 1.0f);
         RunStripBlock<true, T>(rows, G_chunk, d.F, tokens, f0, phi_rows, v_tile, tiles.v_row, gu_tile, f0 == 0,
-                               width, phi_total + k, d.K, StripFinish{c_chunk, gamma, gamma_total + k, width});
+                               width, phi_total + k, d.K, StripFinish{c_chunk, gamma, gamma_total + k});
       }
     }
   });
 }
 
 // grad_x = h_pre[n] grad_h_in + y + grad_x_post (y = gamma gu + c v, left in
-// the gu tile by the column phase), token by token.
+// the gu tile by the column phase's last block of rows), token by token.
 void BackwardRows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t t1, int) {
   const core::BackwardProblem& p = *args.problem;
   const core::Dims& d = p.dims;

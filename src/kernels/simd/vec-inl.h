@@ -13,6 +13,7 @@
 #endif
 
 #include <cstdint>
+#include <cstring>
 
 #include "hwy/highway.h"
 #include "kernels/common/token_math.hpp"
@@ -83,6 +84,18 @@ HWY_INLINE void CopyT(DF df, const void* from, int64_t from_offset, void* to, in
     hn::StoreU(hn::LoadU(du16, static_cast<const uint16_t*>(from) + from_offset), du16,
                static_cast<uint16_t*>(to) + to_offset);
   }
+}
+
+// `count` (<= Lanes) elements of dtype T at from_offset, from_offset + stride, ...
+// copied as they are to to_offset.. (the rest of the vector zero).
+template <DType T>
+HWY_INLINE void CopyRow(DF df, const void* from, int64_t from_offset, int64_t stride, int64_t count, void* to,
+                        int64_t to_offset) {
+  const int64_t bytes = core::element_size(T);
+  char* out = static_cast<char*>(to) + to_offset * bytes;
+  for (int64_t i = 0; i < count; ++i)
+    std::memcpy(out + i * bytes, static_cast<const char*>(from) + (from_offset + i * stride) * bytes, bytes);
+  std::memset(out + count * bytes, 0, (int64_t(hn::Lanes(df)) - count) * bytes);
 }
 
 HWY_INLINE void StoreAs(DF df, VF v, void* base, DType type, int64_t offset) {
