@@ -259,8 +259,9 @@ def test_no_grad_and_inference_mode_give_outputs_without_a_graph():
 
 
 def test_torch_npu_functions_take_tensors_that_require_grad_and_give_their_values():
-    """npu_mhc_pre / npu_mhc_pre_backward read the data: tensors that require grad
-    give the values of their detached copies (mhc.mhc_pre is the differentiable form)."""
+    """Tensors that require grad give the values of their detached copies: through
+    npu_mhc_pre's autograd rule (SPEC §8, test_npu_autograd.py) and through
+    npu_mhc_pre_backward, which reads them as plain data."""
     x, phi, alpha, bias, gamma = grad_inputs(torch.bfloat16)
     got = mhc.npu_mhc_pre(x, phi, alpha, bias, gamma=gamma, out_flag=1)
     want = mhc.npu_mhc_pre(x.detach(), phi.detach(), alpha.detach(), bias.detach(), gamma=gamma.detach(), out_flag=1)
