@@ -20,7 +20,7 @@ __version__ = _lib.version()
 
 
 def isa():
-    """The kernel family in use: "avx512", "avx2", "portable" or "reference"."""
+    """The kernel family in use: "amx", "avx512", "avx2", "portable" or "reference"."""
     return _lib.isa()
 
 

@@ -1,5 +1,5 @@
 // Run-time choice of the kernel family, made once per process.
-// MHC_ISA=avx512|avx2|portable|reference forces one (for tests and benchmarks);
+// MHC_ISA=amx|avx512|avx2|portable|reference forces one (for tests and benchmarks);
 // a name this CPU or build cannot run falls back to the best available, with a
 // note on stderr.
 #include <cstdio>
@@ -15,6 +15,7 @@ namespace mhc::kernels {
 const char* simd_best_name() { return nullptr; }
 bool simd_force(const char*) { return false; }
 const Family* simd_family() { return nullptr; }
+const Family* amx_family() { return nullptr; }
 #endif
 
 namespace {
@@ -25,6 +26,10 @@ struct Selection {
 };
 
 Selection best_available() {
+  if (const Family* amx = amx_family()) {
+    simd_force("avx512");  // the AMX family's other kernels are the SIMD family's AVX-512 ones
+    return {amx, "amx"};
+  }
   if (const char* simd = simd_best_name()) {
     simd_force(simd);  // pin the dispatch so the name reported is the path taken
     return {simd_family(), simd};
@@ -38,6 +43,7 @@ Selection choose() {
   const std::string want(env);
   if (want == "reference") return {nullptr, "reference"};
   if (want == "portable" || want == "scalar") return {portable_family(), "portable"};
+  if (want == "amx" && amx_family() != nullptr) return best_available();
   if (simd_force(env)) return {simd_family(), want == "avx512" ? "avx512" : "avx2"};
   const Selection best = best_available();
   std::fprintf(stderr, "mhc: MHC_ISA=%s is not available here; using %s\n", env, best.name);

@@ -16,6 +16,8 @@ struct ForwardArgs {
   const plan::ForwardPlan* plan;
   float* workspace;
   float* scratch(int worker) const { return workspace + worker * plan->scratch_per_worker; }
+  // Operands the family prepares once per call (forward_prepare) and every item reads.
+  float* shared() const { return workspace + plan->off_shared; }
 };
 
 struct BackwardArgs {
@@ -48,6 +50,14 @@ struct Family {
   void (*backward_rows)(const BackwardArgs&, int64_t chunk0, int64_t t0, int64_t t1, int worker);
   // After the last chunk: grad_phi and grad_gamma of a column item from the running totals.
   void (*backward_finish_columns)(const BackwardArgs&, const plan::ColumnItem&);
+  // Optional forward hooks (nullptr: plan::kTokensPerItem tokens per item, nothing shared).
+  // Tokens per forward item, from the dims and dtypes only (never from T's value
+  // alone changing a token's arithmetic: batch invariance).
+  int64_t (*forward_item_tokens)(const core::ForwardProblem&) = nullptr;
+  // Floats of operands prepared once per call, before the items run.
+  int64_t (*forward_shared_floats)(const core::ForwardProblem&) = nullptr;
+  // Prepares part `part` of `parts` of those operands; the parts run in parallel.
+  void (*forward_prepare)(const ForwardArgs&, int64_t part, int64_t parts) = nullptr;
 };
 
 // Scalar forms shared by the families: grad_phi and grad_gamma of a column item
@@ -66,6 +76,7 @@ const char* selected_name();
 const Family* portable_family();
 const Family* simd_family();
 const char* simd_best_name();         // "avx512", "avx2", or nullptr when no SIMD target runs here
+const Family* amx_family();           // AVX-512 with AMX-BF16 tiles, or nullptr when this CPU/OS/build has none
 bool simd_force(const char* name);    // restrict the SIMD family to one target; false if not usable
 
 }  // namespace mhc::kernels

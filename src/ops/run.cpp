@@ -34,10 +34,16 @@ Status workspace_error(size_t needed, size_t given, const void* workspace) {
 
 const kernels::Family& family() { return *kernels::selected_family(); }
 
+static plan::ForwardPlan plan_forward(const kernels::Family& kernels, const core::ForwardProblem& problem, int threads) {
+  return plan::plan_forward(
+      problem, resolve_threads(threads), kernels.forward_scratch_floats(problem.dims),
+      kernels.forward_item_tokens ? kernels.forward_item_tokens(problem) : plan::kTokensPerItem,
+      kernels.forward_shared_floats ? kernels.forward_shared_floats(problem) : 0);
+}
+
 size_t forward_workspace_bytes(const core::ForwardProblem& problem, int num_threads) {
   if (kernels::reference_selected()) return 0;
-  return plan::plan_forward(problem, resolve_threads(num_threads),
-                            family().forward_scratch_floats(problem.dims)).workspace_bytes;
+  return plan_forward(family(), problem, num_threads).workspace_bytes;
 }
 
 size_t backward_workspace_bytes(const core::BackwardProblem& problem, int num_threads) {
@@ -54,14 +60,17 @@ Status run_forward(const core::ForwardProblem& problem, void* workspace, size_t 
     return {};
   }
   const kernels::Family& kernels = family();
-  const plan::ForwardPlan plan = plan::plan_forward(problem, resolve_threads(num_threads),
-                                                    kernels.forward_scratch_floats(problem.dims));
+  const plan::ForwardPlan plan = plan_forward(kernels, problem, num_threads);
   if (Status s = workspace_error(plan.workspace_bytes, workspace_bytes, workspace); !s.ok()) return s;
   const kernels::ForwardArgs args{&problem, &plan, static_cast<float*>(workspace)};
   const int64_t T = problem.dims.T;
+  if (T == 0) return {};
+  if (plan.prepare_parts > 0)
+    runtime::parallel_for(plan.prepare_parts, plan.prepare_parts,
+                          [&](int64_t part, int) { kernels.forward_prepare(args, part, plan.prepare_parts); });
   runtime::parallel_for(plan.token_items, plan.threads, [&](int64_t item, int worker) {
-    const int64_t t0 = item * plan::kTokensPerItem;
-    kernels.forward_tokens(args, t0, std::min(T, t0 + plan::kTokensPerItem), worker);
+    const int64_t t0 = item * plan.item_tokens;
+    kernels.forward_tokens(args, t0, std::min(T, t0 + plan.item_tokens), worker);
   });
   return {};
 }

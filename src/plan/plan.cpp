@@ -4,12 +4,19 @@
 
 namespace mhc::plan {
 
-ForwardPlan plan_forward(const core::ForwardProblem& p, int threads, int64_t scratch_floats) {
+ForwardPlan plan_forward(const core::ForwardProblem& p, int threads, int64_t scratch_floats, int64_t item_tokens,
+                         int64_t shared_floats) {
   ForwardPlan plan;
-  plan.token_items = ceil_div(p.dims.T, kTokensPerItem);
+  plan.item_tokens = item_tokens;
+  plan.token_items = ceil_div(p.dims.T, item_tokens);
+  // The once-per-call preparation is split over every thread asked for, even when
+  // there are fewer items (decode: one token, one item).
+  const int prepare_threads = int(std::max(1, threads));
   plan.threads = int(std::clamp<int64_t>(threads, 1, std::max<int64_t>(1, plan.token_items)));
   plan.scratch_per_worker = align16(scratch_floats);
-  plan.workspace_bytes = p.dims.T == 0 ? 0 : size_t(plan.threads * plan.scratch_per_worker) * 4;
+  plan.off_shared = plan.threads * plan.scratch_per_worker;  // the preparation takes no scratch
+  plan.prepare_parts = shared_floats > 0 ? prepare_threads : 0;
+  plan.workspace_bytes = p.dims.T == 0 ? 0 : size_t(plan.off_shared + align16(shared_floats)) * 4;
   return plan;
 }
 

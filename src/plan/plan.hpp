@@ -28,8 +28,11 @@ inline int64_t align16(int64_t floats) { return (floats + 15) / 16 * 16; }
 
 struct ForwardPlan {
   int threads = 1;
+  int64_t item_tokens = kTokensPerItem;
   int64_t token_items = 0;
   int64_t scratch_per_worker = 0;  // floats, asked of the kernel family
+  int64_t off_shared = 0;          // floats: operands prepared once per call, after the scratch
+  int prepare_parts = 0;           // parallel parts of that preparation (0: none)
   size_t workspace_bytes = 0;
 };
 
@@ -60,7 +63,9 @@ struct BackwardPlan {
   }
 };
 
-ForwardPlan plan_forward(const core::ForwardProblem& problem, int threads, int64_t scratch_floats);
+// item_tokens: tokens per work item; shared_floats: once-per-call operands (0: none).
+ForwardPlan plan_forward(const core::ForwardProblem& problem, int threads, int64_t scratch_floats,
+                         int64_t item_tokens = kTokensPerItem, int64_t shared_floats = 0);
 BackwardPlan plan_backward(const core::BackwardProblem& problem, int threads, int64_t scratch_floats,
                            int64_t chunk_floats);
 

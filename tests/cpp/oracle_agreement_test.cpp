@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "kernels/kernels.hpp"
 #include "test_util.hpp"
 
 namespace mhc_test {
@@ -310,6 +311,7 @@ TEST(KernelSelection, RequestedFamilyIsUsed) {
   if ((w == "avx512" && !__builtin_cpu_supports("avx512f")) || (w == "avx2" && !__builtin_cpu_supports("avx2")))
     GTEST_SKIP() << "this CPU has no " << w;
 #endif
+  if (w == "amx" && mhc::kernels::amx_family() == nullptr) GTEST_SKIP() << "this CPU or OS has no AMX-BF16 tiles";
   EXPECT_EQ(std::string(mhc::isa()), w);
   EXPECT_EQ(std::string(mhc_isa()), w);
 }

@@ -214,6 +214,49 @@ static void HInRow(const core::ForwardProblem& p, int64_t t, const float* h_pre)
   });
 }
 
+// sum(v^2) of token t in lanes over whole vectors of each stream, then the tails.
+static float SumSquares(const core::ForwardProblem& p, int64_t t) {
+  const core::Dims& d = p.dims;
+  const DF df;
+  const int64_t L = hn::Lanes(df), full = d.D / L * L, xs = p.x.stride[3];
+  VF sq = hn::Zero(df);
+  float tail = 0.0f;
+  WithDType(p.x.dtype, [&]<DType T>() {
+    for (int64_t n = 0; n < d.N; ++n) {
+      const int64_t x_at = p.x.at(t, n, 0);
+      int64_t j = 0;
+      if (xs == 1)
+        for (; j < full; j += L) {
+          const VF v = LoadT<T>(df, p.x.data, x_at + j);
+          sq = hn::MulAdd(v, v, sq);
+        }
+      for (; j < full; j += L) {
+        const VF v = LoadRow(df, p.x.data, T, x_at + j * xs, xs, L);
+        sq = hn::MulAdd(v, v, sq);
+      }
+      for (; j < d.D; ++j) {
+        const float v = p.x.load(x_at + j * xs);
+        tail += v * v;
+      }
+    }
+  });
+  return FoldLanes(df, sq) + tail;
+}
+
+// Tokens [t0, t1) whose m = phi.u another kernel formed (token t's m at
+// m + (t - t0) * m_stride, the 16 lanes of its sum(v^2) at sq_lanes + (t - t0) * 16,
+// or nullptr to sum here): the per-token outputs and h_in.
+void ForwardFinishTokens(const core::ForwardProblem& p, int64_t t0, int64_t t1, const float* m, int64_t m_stride,
+                         const float* sq_lanes, float* h_pre) {
+  for (int64_t t = t0; t < t1; ++t) {
+    float lanes[16];
+    if (sq_lanes) std::copy_n(sq_lanes + (t - t0) * 16, 16, lanes);
+    const float sum_sq = sq_lanes ? fold16(lanes) : SumSquares(p, t);
+    forward_token_finish(p, t, sum_sq, m + (t - t0) * m_stride, h_pre);
+    HInRow(p, t, h_pre);
+  }
+}
+
 void ForwardTokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) {
   const core::ForwardProblem& p = *args.problem;
   const core::Dims& d = p.dims;
@@ -289,6 +332,11 @@ HWY_AFTER_NAMESPACE();
 namespace mhc::kernels::simd {
 HWY_EXPORT(ForwardScratchFloats);
 HWY_EXPORT(ForwardTokens);
+HWY_EXPORT(ForwardFinishTokens);
+void forward_finish_tokens(const core::ForwardProblem& p, int64_t t0, int64_t t1, const float* m, int64_t m_stride,
+                           const float* sq_lanes, float* h_pre) {
+  HWY_DYNAMIC_DISPATCH(ForwardFinishTokens)(p, t0, t1, m, m_stride, sq_lanes, h_pre);
+}
 int64_t forward_scratch_floats(const core::Dims& d) { return HWY_DYNAMIC_DISPATCH(ForwardScratchFloats)(d); }
 void forward_tokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) {
   HWY_DYNAMIC_DISPATCH(ForwardTokens)(args, t0, t1, worker);

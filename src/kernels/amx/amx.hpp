@@ -1,0 +1,25 @@
+// The AMX family: the SIMD family (AVX-512) with the forward's GEMM on AMX-BF16
+// tiles when x is bf16. Everything else is the SIMD family's.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernels.hpp"
+
+namespace mhc::kernels::amx {
+
+// Tokens per forward item on the tile path: the packed phi (3 bf16 parts) is
+// read from L3 once per item, so items are longer than the SIMD family's 32.
+inline constexpr int64_t kItemTokens = 256;
+
+// Whether the forward of this problem runs on tiles: bf16 x and F <= 96 (the C
+// tiles of 16 tokens fit the eight tiles), from dtypes and dims only.
+bool forward_uses_tiles(const core::ForwardProblem& p);
+
+int64_t forward_item_tokens(const core::ForwardProblem& p);
+int64_t forward_shared_floats(const core::ForwardProblem& p);
+int64_t forward_scratch_floats(const core::Dims& d);
+void forward_prepare(const ForwardArgs& args, int64_t part, int64_t parts);
+void forward_tokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker);
+
+}  // namespace mhc::kernels::amx

@@ -1,0 +1,397 @@
+// MhcPre (SPEC §2) with the GEMM m = phi.u on AMX tiles, for bf16 x.
+//
+// Why AMX: with bf16 x the forward's F x K product is the operator's whole
+// arithmetic, and one tdpbf16ps does 16 tokens x 32 columns x 16 rows of phi in
+// 16 cycles: 16 times the fp32 FMA rate of the core. phi is fp32, so the product
+// is taken exactly in three bf16 parts: phi.gamma = hi + mid + lo, each part the
+// truncation of what the previous ones left (8 + 8 + 8 bits of the 24), every
+// product bf16 x bf16 exact, the sums in fp32. x (bf16) is the tile operand as
+// it lies in memory; gamma is folded into phi once per call (the SIMD kernels
+// fold it into x instead; both round one product per element).
+//
+// Per call, forward_prepare packs the three parts of phi.gamma in the tiles'
+// pair-interleaved (VNNI) layout. Per item of kItemTokens tokens, the k steps
+// run in blocks whose packed phi stays in L2, the item's tokens in groups of one
+// or two 16-token tiles; each token's row of the accumulators depends on its own
+// x and phi only (batch invariance), in a fixed order of steps and parts. Then
+// the SIMD family's finish: sum(v^2), the per-token outputs and h_in.
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+// GCC 12 warns inside its own AVX-512 headers (the _mm512_undefined_* they use).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include "kernels/amx/amx.hpp"
+#include "kernels/amx/tiles.hpp"
+#include "kernels/simd/simd.hpp"
+
+namespace mhc::kernels::amx {
+namespace {
+
+constexpr int64_t kStep = 32;           // columns of k per tile step (one A tile row: 64 bytes of bf16)
+constexpr int64_t kStepsPerBlock = 64;  // packed phi of one block: 64 x 3 x 16 x F dwords, ~300 KiB at F = 24
+constexpr int kParts = 3;               // hi, mid, lo
+constexpr int kMaxFTiles = 6;           // F <= 96: the C tiles of one 16-token tile fit the 8 tiles
+
+// How F is cut into tiles of columns, and how many 16-token tiles share a B tile.
+struct Geometry {
+  int f_tiles;     // C tiles per 16-token tile
+  int width;       // columns per C tile (<= 16)
+  int token_tiles; // 16-token tiles per group (2 when the tiles fit: 2 x f_tiles C + 2 A + 1 B <= 8)
+  int64_t steps;   // k steps of 32 columns, the last zero-padded
+  int64_t m_stride() const { return int64_t(f_tiles) * width; }
+  int64_t tile_dwords() const { return 16 * int64_t(width); }
+  int64_t step_dwords() const { return kParts * f_tiles * tile_dwords(); }
+};
+
+Geometry geometry(const core::Dims& d) {
+  Geometry g;
+  g.f_tiles = int((d.F + 15) / 16);
+  g.width = int((d.F + g.f_tiles - 1) / g.f_tiles);
+  g.token_tiles = g.f_tiles <= 2 ? 2 : 1;
+  g.steps = (d.K + kStep - 1) / kStep;
+  return g;
+}
+
+// ------------------------------------------------------------------ packing phi.gamma
+
+// 32 values of phi.gamma for row f, columns [k0, k0 + 32), zero past K.
+__attribute__((target("avx512f"))) void load_phi_gamma(const core::ForwardProblem& p, int64_t f, int64_t k0, float* out) {
+  const core::Dims& d = p.dims;
+  const float* phi = static_cast<const float*>(p.phi.data);
+  const float* gamma = static_cast<const float*>(p.gamma.data);
+  const int64_t n0 = k0 / d.D, j0 = k0 % d.D;
+  const bool gamma_unit = !p.gamma.present() || (p.gamma.stride[3] == 1 && (j0 + kStep <= d.D || p.gamma.stride[2] == d.D));
+  if (p.phi.stride[3] == 1 && k0 + kStep <= d.K && gamma_unit) {
+    const float* row = phi + p.phi.at(f, k0);
+    if (!p.gamma.present()) {
+      std::memcpy(out, row, kStep * sizeof(float));
+    } else {
+      const float* g = gamma + p.gamma.at(n0, j0);
+      _mm512_store_ps(out, _mm512_mul_ps(_mm512_loadu_ps(row), _mm512_loadu_ps(g)));
+      _mm512_store_ps(out + 16, _mm512_mul_ps(_mm512_loadu_ps(row + 16), _mm512_loadu_ps(g + 16)));
+    }
+    return;
+  }
+  for (int i = 0; i < kStep; ++i) {
+    const int64_t k = k0 + i;
+    if (k >= d.K) {
+      out[i] = 0.0f;
+      continue;
+    }
+    const float w = p.phi.load(p.phi.at(f, k));
+    out[i] = p.gamma.present() ? w * p.gamma.load(p.gamma.at(k / d.D, k % d.D)) : w;
+  }
+}
+
+// One fp32 vector split exactly into three bf16-valued fp32 vectors: each part the
+// truncation to 8 significant bits of what the previous ones left. Inf and NaN go
+// whole into hi (NaN made quiet so truncation cannot turn it into Inf).
+__attribute__((target("avx512f,avx512bw"))) inline void split3(__m512 v, __m512 parts[kParts]) {
+  const __m512i top = _mm512_set1_epi32(int(0xffff0000u));
+  const __m512i bits = _mm512_castps_si512(v);
+  const __mmask16 nonfinite =
+      _mm512_cmpeq_epi32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7f800000)), _mm512_set1_epi32(0x7f800000));
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  __m512i hi = _mm512_and_si512(bits, top);
+  hi = _mm512_mask_or_epi32(hi, nan, hi, _mm512_set1_epi32(0x00400000));
+  const __m512 rest = _mm512_maskz_sub_ps(~nonfinite, v, _mm512_castsi512_ps(hi));
+  const __m512 mid = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(rest), top));
+  parts[0] = _mm512_castsi512_ps(hi);
+  parts[1] = mid;
+  parts[2] = _mm512_sub_ps(rest, mid);  // at most 8 significant bits: exact in bf16
+}
+
+// rows[i] := column i of the 16 x 16 dword matrix whose rows were rows[i].
+__attribute__((target("avx512f"))) inline void transpose16(__m512i rows[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(rows[i], rows[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(rows[i], rows[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // u[4q + j]: 128-bit lane l holds dword j..j of rows 4q..4q+3 at column 4l + j.
+  for (int j = 0; j < 4; ++j) {
+    const __m512i v0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88), v1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xdd);
+    const __m512i v2 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88),
+                  v3 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xdd);
+    rows[j] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+    rows[8 + j] = _mm512_shuffle_i32x4(v0, v2, 0xdd);
+    rows[4 + j] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+    rows[12 + j] = _mm512_shuffle_i32x4(v1, v3, 0xdd);
+  }
+}
+
+// Packs k steps [s0, s1): for each step, part and C tile, 16 rows (pairs of
+// columns of phi) x width columns (rows of phi) of bf16 pairs, as tdpbf16ps
+// reads B. Steps go in blocks of kPackSteps: each row of phi is read in a run of
+// kPackSteps x 128 bytes (rows are K floats apart: short runs starve the
+// prefetcher), split and paired into `pairs`, then 16 rows at a time are
+// transposed in registers into the tiles.
+__attribute__((target("avx512f,avx512bw"))) void pack_steps(const core::ForwardProblem& p, const Geometry& g,
+                                                            int64_t s0, int64_t s1, uint32_t* packed) {
+  const core::Dims& d = p.dims;
+  constexpr int64_t kPackSteps = 8;
+  alignas(64) float values[kStep];
+  alignas(64) __m512i pairs[kPackSteps][kParts][16];  // 24 KiB
+  // Word i of the result is the high half of fp32 lane i of (lo, hi): the bf16 of column i.
+  alignas(64) static constexpr uint16_t kHighHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
+                                                           23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
+                                                           45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+  const __m512i high_halves = _mm512_load_si512(kHighHalves);
+  const __mmask16 row_mask = __mmask16((1u << g.width) - 1);
+  for (int64_t b0 = s0; b0 < s1; b0 += kPackSteps) {
+    const int64_t steps = std::min(kPackSteps, s1 - b0);
+    for (int tile = 0; tile < g.f_tiles; ++tile) {
+      for (int c = 0; c < 16; ++c) {
+        const int64_t f = int64_t(tile) * g.width + c;
+        const bool real = c < g.width && f < d.F;
+        for (int64_t i = 0; i < steps; ++i) {
+          if (!real) {
+            for (int part = 0; part < kParts; ++part) pairs[i][part][c] = _mm512_setzero_si512();
+            continue;
+          }
+          load_phi_gamma(p, f, (b0 + i) * kStep, values);
+          __m512 first[kParts], second[kParts];
+          split3(_mm512_load_ps(values), first);
+          split3(_mm512_load_ps(values + 16), second);
+          for (int part = 0; part < kParts; ++part)
+            pairs[i][part][c] = _mm512_permutex2var_epi16(_mm512_castps_si512(first[part]), high_halves,
+                                                          _mm512_castps_si512(second[part]));
+        }
+      }
+      for (int64_t i = 0; i < steps; ++i)
+        for (int part = 0; part < kParts; ++part) {
+          transpose16(pairs[i][part]);
+          uint32_t* tile_base = packed + (b0 + i) * g.step_dwords() + (part * g.f_tiles + tile) * g.tile_dwords();
+          for (int r = 0; r < 16; ++r) _mm512_mask_storeu_epi32(tile_base + r * g.width, row_mask, pairs[i][part][r]);
+        }
+    }
+  }
+}
+
+// ------------------------------------------------------------------ the tiles
+
+// Where a 16-token tile's 32 columns of x come from: x itself (rows at a fixed
+// stride), or a zero-padded copy (the item's last tokens, the last step, layouts
+// whose rows are not unit-stride 64-byte runs).
+struct XSource {
+  const core::ForwardProblem* p;
+  bool direct;          // x's tokens at a uniform stride, each step's 32 columns contiguous
+  int64_t token_bytes;  // that stride
+  uint16_t* staging;    // [16][32] per token tile
+
+  // Tile row pointer and stride for tokens [t, t + count) at step s.
+  std::pair<const void*, int64_t> source(int64_t t, int64_t count, int64_t s, uint16_t* tile_staging) const {
+    const core::Dims& d = p->dims;
+    const int64_t k0 = s * kStep;
+    const char* x = static_cast<const char*>(p->x.data);
+    if (direct && count == 16 && k0 + kStep <= d.K)
+      return {x + 2 * p->x.at(t, k0 / d.D, k0 % d.D), token_bytes};
+    const bool row_run = p->x.stride[3] == 1 && k0 + kStep <= d.K &&
+                         (k0 % d.D + kStep <= d.D || p->x.stride[2] == d.D);
+    for (int64_t i = 0; i < count; ++i) {
+      uint16_t* row = tile_staging + i * kStep;
+      if (row_run) {
+        std::memcpy(row, x + 2 * p->x.at(t + i, k0 / d.D, k0 % d.D), kStep * 2);
+        continue;
+      }
+      for (int64_t c = 0; c < kStep; ++c) {
+        const int64_t k = k0 + c;
+        row[c] = k < d.K ? static_cast<const uint16_t*>(p->x.data)[p->x.at(t + i, k / d.D, k % d.D)] : 0;
+      }
+    }
+    return {tile_staging, kStep * 2};
+  }
+};
+
+// sq[i][lane] += the squares of the 32 bf16 of row i (rows at `stride` bytes):
+// the sums of v^2 formed while the rows are in L1 for the tiles, so the finish
+// reads x once more, not twice.
+__attribute__((target("avx512f,avx512bw"))) void accumulate_squares(const void* base, int64_t stride, int64_t rows,
+                                                                    float* sq) {
+  const char* row = static_cast<const char*>(base);
+  const __m512i high = _mm512_set1_epi32(int(0xffff0000u));
+  for (int64_t i = 0; i < rows; ++i, row += stride, sq += 16) {
+    const __m512i v = _mm512_loadu_si512(row);
+    const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+    __m512 acc = _mm512_load_ps(sq);
+    acc = _mm512_fmadd_ps(even, even, acc);
+    acc = _mm512_fmadd_ps(odd, odd, acc);
+    _mm512_store_ps(sq, acc);
+  }
+}
+
+template <int... I, class Body>
+inline void unroll(std::integer_sequence<int, I...>, Body&& body) {
+  (body(std::integral_constant<int, I>{}), ...);
+}
+
+// Tiles: C[tt][ft] = tt * NF + ft, A[tt] = TT * NF + tt, B = TT * NF + TT.
+template <int NF, int TT>
+struct Group {
+  static constexpr int kA = TT * NF, kB = TT * NF + TT;
+  static_assert(kB < 8, "eight tiles");
+
+  static TileConfig config(int width) {
+    TileConfig c;
+    for (int i = 0; i < TT * NF; ++i) c.rows[i] = 16, c.bytes_per_row[i] = uint16_t(width * 4);
+    for (int i = kA; i < kB; ++i) c.rows[i] = 16, c.bytes_per_row[i] = 64;
+    c.rows[kB] = 16, c.bytes_per_row[kB] = uint16_t(width * 4);
+    return c;
+  }
+
+  // Tokens [t, t + count) (count <= 16 TT) over steps [s0, s1); acc rows at m_stride
+  // floats, the lanes of sum(v^2) in sq rows of 16.
+  static void run(const Geometry& g, const XSource& x, const uint32_t* packed, int64_t t, int64_t count,
+                  int64_t s0, int64_t s1, bool first, float* acc, float* sq) {
+    const int64_t acc_bytes = g.m_stride() * 4, b_bytes = g.width * 4;
+    unroll(std::make_integer_sequence<int, TT>{}, [&](auto tt) {
+      unroll(std::make_integer_sequence<int, NF>{}, [&](auto ft) {
+        constexpr int c = decltype(tt)::value * NF + decltype(ft)::value;
+        if (first) tile_zero<c>();
+        else tile_load<c>(acc + decltype(tt)::value * 16 * g.m_stride() + decltype(ft)::value * g.width, acc_bytes);
+      });
+    });
+    for (int64_t s = s0; s < s1; ++s) {
+      unroll(std::make_integer_sequence<int, TT>{}, [&](auto tt) {
+        constexpr int i = decltype(tt)::value;
+        const int64_t rows = std::clamp<int64_t>(count - 16 * i, 0, 16);
+        const auto [base, stride] = x.source(t + 16 * i, rows, s, x.staging + i * 16 * kStep);
+        tile_load<kA + i>(base, stride);
+        accumulate_squares(base, stride, rows, sq + 16 * 16 * i);
+      });
+      const uint32_t* step = packed + s * g.step_dwords();
+      for (int part = 0; part < kParts; ++part)
+        unroll(std::make_integer_sequence<int, NF>{}, [&](auto ft) {
+          tile_load<kB>(step + (part * NF + decltype(ft)::value) * g.tile_dwords(), b_bytes);
+          unroll(std::make_integer_sequence<int, TT>{}, [&](auto tt) {
+            tile_dpbf16ps<decltype(tt)::value * NF + decltype(ft)::value, kA + decltype(tt)::value, kB>();
+          });
+        });
+    }
+    unroll(std::make_integer_sequence<int, TT>{}, [&](auto tt) {
+      unroll(std::make_integer_sequence<int, NF>{}, [&](auto ft) {
+        tile_store<decltype(tt)::value * NF + decltype(ft)::value>(
+            acc + decltype(tt)::value * 16 * g.m_stride() + decltype(ft)::value * g.width, acc_bytes);
+      });
+    });
+  }
+};
+
+// m of the item's tokens [t0, t1) into acc, for one shape of tiles.
+template <int NF, int TT>
+void item_gemm(const Geometry& g, const XSource& x, const uint32_t* packed, int64_t t0, int64_t t1, float* acc,
+               float* sq) {
+  const TileConfig config = Group<NF, TT>::config(g.width);
+  load_config(config);
+  const int64_t group = 16 * TT;
+  for (int64_t s0 = 0; s0 < g.steps; s0 += kStepsPerBlock) {
+    const int64_t s1 = std::min(g.steps, s0 + kStepsPerBlock);
+    for (int64_t t = t0; t < t1; t += group)
+      Group<NF, TT>::run(g, x, packed, t, std::min(group, t1 - t), s0, s1, s0 == 0, acc + (t - t0) * g.m_stride(),
+                         sq + (t - t0) * 16);
+  }
+  release_tiles();
+}
+
+void gemm(const Geometry& g, const XSource& x, const uint32_t* packed, int64_t t0, int64_t t1, float* acc,
+          float* sq) {
+  // Tokens in groups of two 16-token tiles when they fit, the item's odd last tile alone.
+  const int64_t paired = g.token_tiles == 2 ? (t1 - t0) / 32 * 32 : 0;
+  if (paired > 0) {
+    if (g.f_tiles == 1) item_gemm<1, 2>(g, x, packed, t0, t0 + paired, acc, sq);
+    else item_gemm<2, 2>(g, x, packed, t0, t0 + paired, acc, sq);
+  }
+  if (t0 + paired == t1) return;
+  float* rest = acc + paired * g.m_stride();
+  float* rest_sq = sq + paired * 16;
+  switch (g.f_tiles) {
+    case 1: return item_gemm<1, 1>(g, x, packed, t0 + paired, t1, rest, rest_sq);
+    case 2: return item_gemm<2, 1>(g, x, packed, t0 + paired, t1, rest, rest_sq);
+    case 3: return item_gemm<3, 1>(g, x, packed, t0 + paired, t1, rest, rest_sq);
+    case 4: return item_gemm<4, 1>(g, x, packed, t0 + paired, t1, rest, rest_sq);
+    case 5: return item_gemm<5, 1>(g, x, packed, t0 + paired, t1, rest, rest_sq);
+    default: return item_gemm<6, 1>(g, x, packed, t0 + paired, t1, rest, rest_sq);
+  }
+}
+
+bool x_direct(const core::Strided& x, const core::Dims& d, int64_t* token_bytes) {
+  const bool uniform = d.B == 1 || d.S == 1 || x.stride[0] == d.S * x.stride[1];
+  *token_bytes = 2 * (d.S > 1 ? x.stride[1] : x.stride[0]);
+  return uniform && x.stride[3] == 1 && (d.D % kStep == 0 || d.N == 1 || x.stride[2] == d.D);
+}
+
+bool forward_uses_tiles_impl(const core::ForwardProblem& p) {
+  return p.x.dtype == DType::bf16 && p.dims.F <= 16 * kMaxFTiles && p.dims.K > 0;
+}
+
+// The worker's scratch for one item.
+struct ItemScratch {
+  float* acc;          // [kItemTokens][m_stride] m, as the C tiles store it
+  float* sq;           // [kItemTokens][16] lanes of sum(v^2)
+  uint16_t* staging;   // [2][16][32] bf16: A tiles copied from x
+  float* h_pre;        // [N]
+};
+constexpr int64_t kAccFloats = kItemTokens * 16 * kMaxFTiles, kSqFloats = kItemTokens * 16,
+                  kStagingFloats = 2 * 16 * kStep / 2;
+
+ItemScratch lay_out(float* base) {
+  ItemScratch s;
+  s.acc = base;
+  s.sq = s.acc + plan::align16(kAccFloats);
+  s.staging = reinterpret_cast<uint16_t*>(s.sq + plan::align16(kSqFloats));
+  s.h_pre = s.sq + plan::align16(kSqFloats) + plan::align16(kStagingFloats);
+  return s;
+}
+
+}  // namespace
+
+bool forward_uses_tiles(const core::ForwardProblem& p) { return forward_uses_tiles_impl(p); }
+
+int64_t forward_item_tokens(const core::ForwardProblem& p) {
+  return forward_uses_tiles(p) ? kItemTokens : plan::kTokensPerItem;
+}
+
+int64_t forward_shared_floats(const core::ForwardProblem& p) {
+  return forward_uses_tiles(p) ? geometry(p.dims).steps * geometry(p.dims).step_dwords() : 0;
+}
+
+int64_t forward_scratch_floats(const core::Dims& d) {
+  const int64_t own = plan::align16(kAccFloats) + plan::align16(kSqFloats) + plan::align16(kStagingFloats) +
+                      plan::align16(d.N);
+  return std::max(own, simd::forward_scratch_floats(d));
+}
+
+void forward_prepare(const ForwardArgs& args, int64_t part, int64_t parts) {
+  const core::ForwardProblem& p = *args.problem;
+  if (!forward_uses_tiles(p)) return;
+  const Geometry g = geometry(p.dims);
+  pack_steps(p, g, g.steps * part / parts, g.steps * (part + 1) / parts, reinterpret_cast<uint32_t*>(args.shared()));
+}
+
+void forward_tokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) {
+  const core::ForwardProblem& p = *args.problem;
+  if (!forward_uses_tiles(p)) return simd::forward_tokens(args, t0, t1, worker);
+  const Geometry g = geometry(p.dims);
+  const ItemScratch s = lay_out(args.scratch(worker));
+  std::memset(s.staging, 0, 2 * 16 * kStep * sizeof(uint16_t));  // rows past the item's tokens stay zero
+  std::fill_n(s.sq, (t1 - t0) * 16, 0.0f);
+  XSource x{&p, false, 0, s.staging};
+  x.direct = x_direct(p.x, p.dims, &x.token_bytes);
+  gemm(g, x, reinterpret_cast<const uint32_t*>(args.shared()), t0, t1, s.acc, s.sq);
+  simd::forward_finish_tokens(p, t0, t1, s.acc, g.m_stride(), s.sq, s.h_pre);
+}
+
+}  // namespace mhc::kernels::amx
