@@ -16,6 +16,7 @@
 // x and phi only (batch invariance), in a fixed order of steps and parts. Then
 // the SIMD family's finish: sum(v^2), the per-token outputs and h_in.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -27,6 +28,7 @@
 
 #include "kernels/amx/amx.hpp"
 #include "kernels/amx/tiles.hpp"
+#include "kernels/common/token_math.hpp"
 #include "kernels/simd/simd.hpp"
 
 namespace mhc::kernels::amx {
@@ -327,6 +329,24 @@ void gemm(const Geometry& g, const XSource& x, const uint32_t* packed, int64_t t
   }
 }
 
+// m of token t, one product at a time, for a token whose x is not finite: in
+// parts, x = Inf times a part that is exactly 0 would give NaN where the
+// reference has Inf. (The token's outputs are Inf or NaN either way; this keeps
+// which.) A token's own data decides, so batch invariance holds.
+void token_m_scalar(const core::ForwardProblem& p, int64_t t, float* m) {
+  const core::Dims& d = p.dims;
+  for (int64_t f = 0; f < d.F; ++f) {
+    float sum = 0.0f;
+    for (int64_t k = 0; k < d.K; ++k) {
+      const int64_t n = k / d.D, j = k % d.D;
+      float w = p.phi.load(p.phi.at(f, k));
+      if (p.gamma.present()) w *= p.gamma.load(p.gamma.at(n, j));
+      sum += p.x.load(p.x.at(t, n, j)) * w;
+    }
+    m[f] = sum;
+  }
+}
+
 bool x_direct(const core::Strided& x, const core::Dims& d, int64_t* token_bytes) {
   const bool uniform = d.B == 1 || d.S == 1 || x.stride[0] == d.S * x.stride[1];
   *token_bytes = 2 * (d.S > 1 ? x.stride[1] : x.stride[0]);
@@ -391,6 +411,11 @@ void forward_tokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker)
   XSource x{&p, false, 0, s.staging};
   x.direct = x_direct(p.x, p.dims, &x.token_bytes);
   gemm(g, x, reinterpret_cast<const uint32_t*>(args.shared()), t0, t1, s.acc, s.sq);
+  for (int64_t t = t0; t < t1; ++t) {
+    float lanes[16];
+    std::copy_n(s.sq + (t - t0) * 16, 16, lanes);
+    if (!std::isfinite(fold16(lanes))) token_m_scalar(p, t, s.acc + (t - t0) * g.m_stride());
+  }
   simd::forward_finish_tokens(p, t0, t1, s.acc, g.m_stride(), s.sq, s.h_pre);
 }
 
