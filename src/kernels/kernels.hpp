@@ -28,11 +28,7 @@ struct BackwardArgs {
     return workspace + plan->off_scratch + worker * plan->scratch_per_worker;
   }
   float* chunk_buffers() const { return workspace + plan->off_chunk; }
-  float* shared() const { return workspace + plan->off_shared; }
 };
-
-// The prepare hooks are called with at most this many parts (the thread pool's cap).
-inline constexpr int64_t kMaxPrepareParts = 1024;
 
 struct Family {
   const char* name;
@@ -42,9 +38,9 @@ struct Family {
   // Forward: every per-token output of tokens [t0, t1).
   void (*forward_tokens)(const ForwardArgs&, int64_t t0, int64_t t1, int worker);
   // Floats of the buffers shared by the workers for one chunk of tokens (may be 0).
-  int64_t (*backward_chunk_floats)(const core::BackwardProblem&);
+  int64_t (*backward_chunk_floats)(const core::Dims&);
   // Backward phase 1: per-token G, c, gz and grad_alpha terms of tokens [t0, t1)
-  // (which lie in the chunk starting at chunk0; chunk0 < 0 in the two-pass schedule).
+  // (which lie in the chunk starting at chunk0).
   void (*backward_token_stats)(const BackwardArgs&, int64_t chunk0, int64_t t0, int64_t t1, int worker);
   // Backward phase 2, for the chunk of tokens [t0, t1) and the columns (n, d0..d1):
   // the chunk's sums of G v^T and v*gu added into the running totals, and grad_x
@@ -62,15 +58,6 @@ struct Family {
   int64_t (*forward_shared_floats)(const core::ForwardProblem&) = nullptr;
   // Prepares part `part` of `parts` of those operands; the parts run in parallel.
   void (*forward_prepare)(const ForwardArgs&, int64_t part, int64_t parts) = nullptr;
-  // The same for the backward: floats prepared once per call, and part `part` of
-  // `parts` of their preparation, before the first chunk.
-  int64_t (*backward_shared_floats)(const core::BackwardProblem&) = nullptr;
-  void (*backward_prepare)(const BackwardArgs&, int64_t part, int64_t parts) = nullptr;
-  // The two-pass schedule (nullptr or 0 blocks: the chunked one above): phase 1
-  // over all tokens, then blocks of columns, each over all tokens. Blocks for
-  // `threads` workers; results must not depend on the count.
-  int64_t (*backward_blocks)(const core::BackwardProblem&, int threads) = nullptr;
-  void (*backward_block)(const BackwardArgs&, int64_t block, int64_t blocks, int worker) = nullptr;
 };
 
 // Scalar forms shared by the families: grad_phi and grad_gamma of a column item

@@ -12,8 +12,6 @@
 namespace mhc::ops {
 namespace {
 
-static_assert(kernels::kMaxPrepareParts >= runtime::kMaxThreads, "a prepare part per worker");
-
 // The plans size per-worker scratch by this count, so it is capped where the pool is.
 int resolve_threads(int requested) {
   return std::min(requested > 0 ? requested : runtime::default_thread_count(), runtime::kMaxThreads);
@@ -48,16 +46,11 @@ size_t forward_workspace_bytes(const core::ForwardProblem& problem, int num_thre
   return plan_forward(family(), problem, num_threads).workspace_bytes;
 }
 
-static plan::BackwardPlan plan_backward(const kernels::Family& kernels, const core::BackwardProblem& problem,
-                                        int threads) {
-  return plan::plan_backward(problem, resolve_threads(threads), kernels.backward_scratch_floats(problem.dims),
-                             kernels.backward_chunk_floats(problem),
-                             kernels.backward_shared_floats ? kernels.backward_shared_floats(problem) : 0);
-}
-
 size_t backward_workspace_bytes(const core::BackwardProblem& problem, int num_threads) {
   if (kernels::reference_selected()) return 0;
-  return plan_backward(family(), problem, num_threads).workspace_bytes;
+  const kernels::Family& kernels = family();
+  return plan::plan_backward(problem, resolve_threads(num_threads), kernels.backward_scratch_floats(problem.dims),
+                             kernels.backward_chunk_floats(problem.dims)).workspace_bytes;
 }
 
 Status run_forward(const core::ForwardProblem& problem, void* workspace, size_t workspace_bytes,
@@ -86,9 +79,7 @@ Status run_forward(const core::ForwardProblem& problem, void* workspace, size_t 
 // split over the workers), phase 2 (column items split over the workers) and,
 // for families that have it, phase 3 (grad_x row by row, tokens split over the
 // workers), with a barrier after each. The chunk's data stays in cache between
-// the phases. Families with blocks (AMX) run two passes instead: phase 1 over
-// all tokens, then blocks of columns over all tokens. Which worker does what
-// never changes a result.
+// the phases; which worker does what never changes a result.
 Status run_backward(const core::BackwardProblem& problem, void* workspace, size_t workspace_bytes,
                     int num_threads) {
   if (kernels::reference_selected()) {
@@ -96,34 +87,21 @@ Status run_backward(const core::BackwardProblem& problem, void* workspace, size_
     return {};
   }
   const kernels::Family& kernels = family();
-  const plan::BackwardPlan plan = plan_backward(kernels, problem, num_threads);
+  const plan::BackwardPlan plan =
+      plan::plan_backward(problem, resolve_threads(num_threads), kernels.backward_scratch_floats(problem.dims),
+                          kernels.backward_chunk_floats(problem.dims));
   if (Status s = workspace_error(plan.workspace_bytes, workspace_bytes, workspace); !s.ok()) return s;
   const kernels::BackwardArgs args{&problem, &plan, static_cast<float*>(workspace)};
   const core::Dims& d = problem.dims;
   float* totals = args.workspace + plan.off_phi_total;  // phi_total and gamma_total are adjacent
   std::fill(totals, args.workspace + plan.off_gamma_total + d.K, 0.0f);
 
-  const int64_t blocks = kernels.backward_blocks ? kernels.backward_blocks(problem, plan.threads) : 0;
-
   runtime::parallel_region(plan.threads, [&](int worker, int workers, runtime::Barrier& barrier) {
     auto share = [&](int64_t count, int64_t* begin, int64_t* end) {
       *begin = count * worker / workers;
       *end = count * (worker + 1) / workers;
     };
-    if (kernels.backward_prepare) {
-      kernels.backward_prepare(args, worker, workers);
-      barrier.arrive_and_wait();
-    }
-    if (blocks > 0) {  // two passes: the statistics of every token, then blocks of columns
-      int64_t t0, t1, b0, b1;
-      share(d.T, &t0, &t1);
-      if (t1 > t0) kernels.backward_token_stats(args, -1, t0, t1, worker);
-      barrier.arrive_and_wait();
-      share(blocks, &b0, &b1);
-      for (int64_t b = b0; b < b1; ++b) kernels.backward_block(args, b, blocks, worker);
-      barrier.arrive_and_wait();
-    }
-    for (int64_t chunk = 0; blocks == 0 && chunk < plan.chunks; ++chunk) {
+    for (int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
       const int64_t c0 = chunk * plan::kTokensPerChunk, c1 = std::min(d.T, c0 + plan::kTokensPerChunk);
       int64_t t0, t1;
       share(c1 - c0, &t0, &t1);

@@ -21,7 +21,7 @@ ForwardPlan plan_forward(const core::ForwardProblem& p, int threads, int64_t scr
 }
 
 BackwardPlan plan_backward(const core::BackwardProblem& p, int threads, int64_t scratch_floats,
-                           int64_t chunk_floats, int64_t shared_floats) {
+                           int64_t chunk_floats) {
   const core::Dims& d = p.dims;
   BackwardPlan plan;
   plan.chunks = ceil_div(d.T, kTokensPerChunk);
@@ -40,7 +40,6 @@ BackwardPlan plan_backward(const core::BackwardProblem& p, int threads, int64_t 
   plan.off_alpha_terms = region(d.T * 3);
   plan.off_phi_total = region(d.F * d.K);
   plan.off_gamma_total = region(d.K);
-  plan.off_shared = region(shared_floats);
   plan.workspace_bytes = size_t(at) * 4;
   return plan;
 }

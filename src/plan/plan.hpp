@@ -55,7 +55,6 @@ struct BackwardPlan {
   int64_t off_alpha_terms = 0;        // [T, 3]   per-token grad_alpha terms
   int64_t off_phi_total = 0;          // [F, K]   running sum of G v^T
   int64_t off_gamma_total = 0;        // [K]      running sum of v * gu
-  int64_t off_shared = 0;             // operands the family prepares once per call
   size_t workspace_bytes = 0;
 
   ColumnItem column_item(int64_t i, int64_t D) const {
@@ -68,6 +67,6 @@ struct BackwardPlan {
 ForwardPlan plan_forward(const core::ForwardProblem& problem, int threads, int64_t scratch_floats,
                          int64_t item_tokens = kTokensPerItem, int64_t shared_floats = 0);
 BackwardPlan plan_backward(const core::BackwardProblem& problem, int threads, int64_t scratch_floats,
-                           int64_t chunk_floats, int64_t shared_floats = 0);
+                           int64_t chunk_floats);
 
 }  // namespace mhc::plan

@@ -42,20 +42,16 @@ const Family* amx_family() {
   static const bool usable = tiles_usable();
   static const Family family = {"amx",
                                 amx::forward_scratch_floats,
-                                amx::backward_scratch_floats,
+                                simd::backward_scratch_floats,
                                 amx::forward_tokens,
-                                amx::backward_chunk_floats,
-                                amx::backward_token_stats,
+                                simd::backward_chunk_floats,
+                                simd::backward_token_stats,
                                 simd::backward_columns,
                                 simd::backward_rows,
                                 simd::backward_finish_columns,
                                 amx::forward_item_tokens,
                                 amx::forward_shared_floats,
-                                amx::forward_prepare,
-                                amx::backward_shared_floats,
-                                amx::backward_prepare,
-                                amx::backward_blocks,
-                                amx::backward_block};
+                                amx::forward_prepare};
   return usable ? &family : nullptr;
 }
 

@@ -20,9 +20,13 @@
 #include <cstring>
 #include <utility>
 
+// GCC 12 warns inside its own AVX-512 headers (the _mm512_undefined_* they use).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
 
 #include "kernels/amx/amx.hpp"
-#include "kernels/amx/bf16_parts.hpp"
 #include "kernels/amx/tiles.hpp"
 #include "kernels/common/token_math.hpp"
 #include "kernels/simd/simd.hpp"
@@ -32,6 +36,7 @@ namespace {
 
 constexpr int64_t kStep = 32;           // columns of k per tile step (one A tile row: 64 bytes of bf16)
 constexpr int64_t kStepsPerBlock = 64;  // packed phi of one block: 64 x 3 x 16 x F dwords, ~300 KiB at F = 24
+constexpr int kParts = 3;               // hi, mid, lo
 constexpr int kMaxFTiles = 6;           // F <= 96: the C tiles of one 16-token tile fit the 8 tiles
 
 // How F is cut into tiles of columns, and how many 16-token tiles share a B tile.
@@ -83,6 +88,25 @@ __attribute__((target("avx512f"))) void load_phi_gamma(const core::ForwardProble
     const float w = p.phi.load(p.phi.at(f, k));
     out[i] = p.gamma.present() ? w * p.gamma.load(p.gamma.at(k / d.D, k % d.D)) : w;
   }
+}
+
+// One fp32 vector split exactly into three bf16-valued fp32 vectors: each part the
+// truncation to 8 significant bits of what the previous ones left. Inf and NaN go
+// whole into hi (NaN made quiet so truncation cannot turn it into Inf).
+__attribute__((target("avx512f,avx512bw"))) inline void split3(__m512 v, __m512 parts[kParts]) {
+  const __m512i top = _mm512_set1_epi32(int(0xffff0000u));
+  const __m512i bits = _mm512_castps_si512(v);
+  const __mmask16 nonfinite =
+      _mm512_cmpeq_epi32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7f800000)), _mm512_set1_epi32(0x7f800000));
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  __m512i hi = _mm512_and_si512(bits, top);
+  hi = _mm512_mask_or_epi32(hi, nan, hi, _mm512_set1_epi32(0x00400000));
+  const __m512 rest = _mm512_maskz_sub_ps(~nonfinite, v, _mm512_castsi512_ps(hi));
+  const __m512 mid = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(rest), top));
+  parts[0] = _mm512_castsi512_ps(hi);
+  parts[1] = mid;
+  parts[2] = _mm512_sub_ps(rest, mid);  // at most 8 significant bits: exact in bf16
 }
 
 // rows[i] := column i of the 16 x 16 dword matrix whose rows were rows[i].
@@ -209,6 +233,11 @@ __attribute__((target("avx512f,avx512bw"))) void accumulate_squares(const void* 
     acc = _mm512_fmadd_ps(odd, odd, acc);
     _mm512_store_ps(sq, acc);
   }
+}
+
+template <int... I, class Body>
+inline void unroll(std::integer_sequence<int, I...>, Body&& body) {
+  (body(std::integral_constant<int, I>{}), ...);
 }
 
 // Tiles: C[tt][ft] = tt * NF + ft, A[tt] = TT * NF + tt, B = TT * NF + TT.

@@ -44,7 +44,7 @@ const Family* simd_family() {
                                 simd::forward_scratch_floats,
                                 simd::backward_scratch_floats,
                                 simd::forward_tokens,
-                                [](const core::BackwardProblem& p) { return simd::backward_chunk_floats(p.dims); },
+                                simd::backward_chunk_floats,
                                 simd::backward_token_stats,
                                 simd::backward_columns,
                                 simd::backward_rows,

@@ -2,7 +2,7 @@
 // foreach_target. Per chunk of tokens:
 //  1. rows:    each token's x and grad_h_in are read once, in order: g_pre as
 //              lane sums, then the shared scalar step; x is kept in its own dtype
-//              in the v tile, blocked by column item (chunk_tiles.hpp), so that
+//              in the v tile, blocked by column item (Tiles below), so that
 //  2. columns: per strip (one vector of columns) and block of kBlockRows rows of
 //              phi, the block's phi vectors and its chunk sums of G v^T stay in
 //              registers while the chunk's tokens stream through the item's tile;
@@ -20,7 +20,6 @@
 #include "hwy/highway.h"
 #include "kernels/common/token_math.hpp"
 #include "kernels/kernels.hpp"
-#include "kernels/simd/chunk_tiles.hpp"
 #include "kernels/simd/simd.hpp"
 #include "kernels/simd/vec-inl.h"
 
@@ -31,9 +30,47 @@ namespace mhc::kernels::simd::HWY_NAMESPACE {
 // on AVX2), 3 more in the last block of rows (the sums of v*gu, gamma, c).
 constexpr int kBlockRows = HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 ? 6 : 12;
 
-static Tiles TilesOf(const BackwardArgs& args) { return tiles_of(args, int64_t(hn::Lanes(DF()))); }
+// A chunk's tiles hold x in its own dtype (v) and gu as fp32 (y once the last
+// block of rows has finished a strip), in blocks of one column item:
+// [stream n][item of n][token][strip of the item][lane]. The column phase walks a
+// strip's tokens at a fixed stride (a token's row of the block, 0.5-1 KiB), and
+// the row phases walk a token's strips through contiguous runs: both patterns the
+// hardware prefetchers follow. (With [strip][token][lane], the row phases stepped
+// 4 KiB per vector and every load missed.) A token's row in a block is padded by
+// a cache line, so that the rows of tokens a few apart do not alias in L1.
+constexpr int64_t kStripsPerBlock = plan::kColumnsPerItem / hn::MaxLanes(DF());
+constexpr int64_t kTokenFloats = plan::kColumnsPerItem + 16;
+constexpr int64_t kBlockFloats = plan::kTokensPerChunk * kTokenFloats;
 
-int64_t BackwardChunkFloats(const core::Dims& d) { return chunk_tiles_floats(d); }
+struct Tiles {
+  int64_t L, blocks_per_stream;
+  int64_t v_row;  // elements of a token's row in the v tile: the item's columns and a cache line
+  char* v;        // in x's dtype
+  float* gu;      // gu, then y = gamma*gu + c*v
+  // The element offset in v, and the address in gu, of strip s (counted in stream n) of the chunk's token t.
+  int64_t v_at(int64_t n, int64_t s, int64_t t) const {
+    return ((n * blocks_per_stream + s / kStripsPerBlock) * plan::kTokensPerChunk + t) * v_row +
+           (s % kStripsPerBlock) * L;
+  }
+  float* gu_at(int64_t n, int64_t s, int64_t t) const {
+    return gu + (n * blocks_per_stream + s / kStripsPerBlock) * kBlockFloats + t * kTokenFloats +
+           (s % kStripsPerBlock) * L;
+  }
+};
+
+static int64_t TileFloats(const core::Dims& d) {  // the v tile is sized for fp32 x, the widest
+  return d.N * plan::ceil_div(d.D, plan::kColumnsPerItem) * kBlockFloats + 16;  // + a line between v and gu
+}
+
+static Tiles TilesOf(const BackwardArgs& args) {
+  const core::Dims& d = args.problem->dims;
+  float* base = args.chunk_buffers();
+  const int64_t element_bytes = core::element_size(args.problem->x.dtype);
+  return {int64_t(hn::Lanes(DF())), plan::ceil_div(d.D, plan::kColumnsPerItem),
+          plan::kColumnsPerItem + 64 / element_bytes, reinterpret_cast<char*>(base), base + TileFloats(d)};
+}
+
+int64_t BackwardChunkFloats(const core::Dims& d) { return 2 * TileFloats(d); }
 
 int64_t BackwardScratchFloats(const core::Dims& d) {
   return kBlockRows * hn::Lanes(DF()) + plan::align16(d.N);  // zero-padded phi block; g_pre
@@ -48,7 +85,6 @@ void BackwardTokenStats(const BackwardArgs& args, int64_t chunk0, int64_t t0, in
   float* g_pre = args.scratch(worker) + kBlockRows * L;
   const int64_t xs = p.x.stride[3], ghs = p.grad_h_in.stride[3];
   const bool unit = xs == 1 && ghs == 1;
-  const bool keep_v = chunk0 >= 0;  // chunk0 < 0: the statistics only, no v tile (AMX family)
   WithDType(p.x.dtype, [&]<DType T>() {  // grad_h_in has x's dtype
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t gh_at = p.grad_h_in.at(t, 0, 0);
@@ -60,13 +96,13 @@ void BackwardTokenStats(const BackwardArgs& args, int64_t chunk0, int64_t t0, in
           for (; j < full; j += L, ++strip) {
             const VF v = LoadT<T>(df, p.x.data, x_at + j);
             lanes = hn::MulAdd(v, LoadT<T>(df, p.grad_h_in.data, gh_at + j), lanes);
-            if (keep_v) CopyT<T>(df, p.x.data, x_at + j, tiles.v, tiles.v_at(n, strip, t - chunk0));
+            CopyT<T>(df, p.x.data, x_at + j, tiles.v, tiles.v_at(n, strip, t - chunk0));
           }
         for (; j < d.D; j += L, ++strip) {
           const int64_t width = std::min(L, d.D - j);
           const VF v = LoadRow(df, p.x.data, T, x_at + j * xs, xs, width);
           lanes = hn::MulAdd(v, LoadRow(df, p.grad_h_in.data, T, gh_at + j * ghs, ghs, width), lanes);
-          if (keep_v) CopyRow<T>(df, p.x.data, x_at + j * xs, xs, width, tiles.v, tiles.v_at(n, strip, t - chunk0));
+          CopyRow<T>(df, p.x.data, x_at + j * xs, xs, width, tiles.v, tiles.v_at(n, strip, t - chunk0));
         }
         g_pre[n] = FoldLanes(df, lanes);
       }
