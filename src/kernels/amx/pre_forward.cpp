@@ -23,6 +23,7 @@
 // GCC 12 warns inside its own AVX-512 headers (the _mm512_undefined_* they use).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <immintrin.h>
 
@@ -37,7 +38,8 @@ namespace {
 constexpr int64_t kStep = 32;           // columns of k per tile step (one A tile row: 64 bytes of bf16)
 constexpr int64_t kStepsPerBlock = 64;  // packed phi of one block: 64 x 3 x 16 x F dwords, ~300 KiB at F = 24
 constexpr int kParts = 3;               // hi, mid, lo
-constexpr int kMaxFTiles = 6;           // F <= 96: the C tiles of one 16-token tile fit the 8 tiles
+constexpr int kMaxFTiles = 6;
+constexpr int64_t kFewTokens = 16;      // calls of at most this many tokens skip the packing (decode)           // F <= 96: the C tiles of one 16-token tile fit the 8 tiles
 
 // How F is cut into tiles of columns, and how many 16-token tiles share a B tile.
 struct Geometry {
@@ -134,6 +136,38 @@ __attribute__((target("avx512f"))) inline void transpose16(__m512i rows[16]) {
   }
 }
 
+// Word i of the result is the high half of fp32 lane i of (lo, hi): the bf16 of column i.
+alignas(64) constexpr uint16_t kHighHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
+                                                  33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+
+// Row f of phi.gamma, columns [k0, k0 + 32), in three bf16 parts of 32 columns each.
+__attribute__((target("avx512f,avx512bw"))) inline void split_row(const core::ForwardProblem& p, int64_t f,
+                                                                  int64_t k0, __m512i parts[kParts]) {
+  const core::Dims& d = p.dims;
+  __m512 lo, hi;
+  const int64_t j0 = k0 % d.D;
+  const bool gamma_unit = !p.gamma.present() || (p.gamma.stride[3] == 1 && (j0 + kStep <= d.D || p.gamma.stride[2] == d.D));
+  if (p.phi.stride[3] == 1 && k0 + kStep <= d.K && gamma_unit) {  // the common case, inline
+    const float* row = static_cast<const float*>(p.phi.data) + p.phi.at(f, k0);
+    lo = _mm512_loadu_ps(row), hi = _mm512_loadu_ps(row + 16);
+    if (p.gamma.present()) {
+      const float* g = static_cast<const float*>(p.gamma.data) + p.gamma.at(k0 / d.D, j0);
+      lo = _mm512_mul_ps(lo, _mm512_loadu_ps(g)), hi = _mm512_mul_ps(hi, _mm512_loadu_ps(g + 16));
+    }
+  } else {
+    alignas(64) float values[kStep];
+    load_phi_gamma(p, f, k0, values);
+    lo = _mm512_load_ps(values), hi = _mm512_load_ps(values + 16);
+  }
+  __m512 first[kParts], second[kParts];
+  split3(lo, first);
+  split3(hi, second);
+  const __m512i high_halves = _mm512_load_si512(kHighHalves);
+  for (int part = 0; part < kParts; ++part)
+    parts[part] = _mm512_permutex2var_epi16(_mm512_castps_si512(first[part]), high_halves,
+                                            _mm512_castps_si512(second[part]));
+}
+
 // Packs k steps [s0, s1): for each step, part and C tile, 16 rows (pairs of
 // columns of phi) x width columns (rows of phi) of bf16 pairs, as tdpbf16ps
 // reads B. Steps go in blocks of kPackSteps: each row of phi is read in a run of
@@ -144,13 +178,7 @@ __attribute__((target("avx512f,avx512bw"))) void pack_steps(const core::ForwardP
                                                             int64_t s0, int64_t s1, uint32_t* packed) {
   const core::Dims& d = p.dims;
   constexpr int64_t kPackSteps = 8;
-  alignas(64) float values[kStep];
   alignas(64) __m512i pairs[kPackSteps][kParts][16];  // 24 KiB
-  // Word i of the result is the high half of fp32 lane i of (lo, hi): the bf16 of column i.
-  alignas(64) static constexpr uint16_t kHighHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
-                                                           23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
-                                                           45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
-  const __m512i high_halves = _mm512_load_si512(kHighHalves);
   const __mmask16 row_mask = __mmask16((1u << g.width) - 1);
   for (int64_t b0 = s0; b0 < s1; b0 += kPackSteps) {
     const int64_t steps = std::min(kPackSteps, s1 - b0);
@@ -163,13 +191,9 @@ __attribute__((target("avx512f,avx512bw"))) void pack_steps(const core::ForwardP
             for (int part = 0; part < kParts; ++part) pairs[i][part][c] = _mm512_setzero_si512();
             continue;
           }
-          load_phi_gamma(p, f, (b0 + i) * kStep, values);
-          __m512 first[kParts], second[kParts];
-          split3(_mm512_load_ps(values), first);
-          split3(_mm512_load_ps(values + 16), second);
-          for (int part = 0; part < kParts; ++part)
-            pairs[i][part][c] = _mm512_permutex2var_epi16(_mm512_castps_si512(first[part]), high_halves,
-                                                          _mm512_castps_si512(second[part]));
+          __m512i parts[kParts];
+          split_row(p, f, (b0 + i) * kStep, parts);
+          for (int part = 0; part < kParts; ++part) pairs[i][part][c] = parts[part];
         }
       }
       for (int64_t i = 0; i < steps; ++i)
@@ -347,6 +371,100 @@ void token_m_scalar(const core::ForwardProblem& p, int64_t t, float* m) {
   }
 }
 
+// ------------------------------------------------------------------ a few tokens
+
+// A call of at most kFewTokens tokens (decode) takes the same products with the
+// operands' roles swapped: A = phi.gamma in parts (16 rows of phi, split step by
+// step into L1), B = x (pairs of columns, one column per token), C = 16 rows of
+// phi x the tokens. Packing phi for B tiles once per call would cost a decode
+// step several times its arithmetic. Every element of C is the same sequence of
+// exact pair products and fp32 additions as in the packed path (step by step,
+// parts hi, mid, lo), so a token's bits do not depend on its batch's size
+// (the batch invariance tests compare the two).
+struct FewStaging {
+  static constexpr int64_t kAHalfwords = 2 * kMaxFTiles * kParts * 16 * kStep;
+  static constexpr int64_t kFloats = kAHalfwords / 2 + 2 * 16 * kFewTokens + 16 * kFewTokens + kStep / 2;
+  uint16_t* a;   // [2][kMaxFTiles][kParts][16][32] bf16: rows of phi.gamma in parts, two steps
+  uint32_t* b;   // [2][16][kFewTokens] pairs of x, two steps
+  float* c;      // [16][kFewTokens] a C tile
+  uint16_t* row; // [32] a row of x copied
+  uint16_t* a_tile(int buf, int tile, int part) const { return a + ((buf * kMaxFTiles + tile) * kParts + part) * 16 * kStep; }
+};
+
+// The rows of C tile `tile` of phi.gamma at step s, in parts, into a (rows past F stay as they are: zero).
+__attribute__((target("avx512f,avx512bw"))) void stage_phi_rows(const core::ForwardProblem& p, const Geometry& g,
+                                                                int tile, int64_t s, uint16_t* a) {
+  for (int r = 0; r < g.width && tile * g.width + r < p.dims.F; ++r) {
+    __m512i parts[kParts];
+    split_row(p, tile * g.width + r, s * kStep, parts);
+    for (int part = 0; part < kParts; ++part) _mm512_storeu_si512(a + (part * 16 + r) * kStep, parts[part]);
+  }
+}
+
+// Everything step s needs, into staging buffer `buf`: the rows of phi.gamma in
+// parts for every C tile, and the tokens' pairs of x (their squares summed as
+// they pass). Staged a step ahead of the products that read them, so the tile
+// loads do not wait for these stores to reach L1.
+void stage_step(const core::ForwardProblem& p, const Geometry& g, const XSource& x, int64_t t0, int64_t n, int64_t s,
+                float* sq, const FewStaging& st, int buf) {
+  for (int64_t c = 0; c < n; ++c) {
+    const auto [row, stride] = x.source(t0 + c, 1, s, st.row);
+    (void)stride;
+    accumulate_squares(row, 64, 1, sq + 16 * c);
+    const uint32_t* pairs = static_cast<const uint32_t*>(row);
+    uint32_t* b = st.b + buf * 16 * kFewTokens;
+    for (int r = 0; r < 16; ++r) b[r * n + c] = pairs[r];
+  }
+  for (int tile = 0; tile < g.f_tiles; ++tile) stage_phi_rows(p, g, tile, s, st.a_tile(buf, tile, 0));
+}
+
+template <int NF>
+void few_tokens_gemm(const core::ForwardProblem& p, const Geometry& g, const XSource& x, int64_t t0, int64_t n,
+                     float* acc, float* sq, const FewStaging& st) {
+  constexpr int kA = 6, kB = 7;
+  static_assert(NF <= kA, "C tiles below A and B");
+  const core::Dims& d = p.dims;
+  TileConfig config;
+  for (int i = 0; i < NF; ++i) config.rows[i] = 16, config.bytes_per_row[i] = uint16_t(4 * n);
+  config.rows[kA] = 16, config.bytes_per_row[kA] = 64;
+  config.rows[kB] = 16, config.bytes_per_row[kB] = uint16_t(4 * n);
+  load_config(config);
+  unroll(std::make_integer_sequence<int, NF>{}, [&](auto ft) { tile_zero<decltype(ft)::value>(); });
+  std::memset(st.a, 0, FewStaging::kAHalfwords * sizeof(uint16_t));  // rows past F stay zero
+  stage_step(p, g, x, t0, n, 0, sq, st, 0);
+  for (int64_t s = 0; s < g.steps; ++s) {
+    if (s + 1 < g.steps) stage_step(p, g, x, t0, n, s + 1, sq, st, int((s + 1) & 1));
+    const int buf = int(s & 1);
+    tile_load<kB>(st.b + buf * 16 * kFewTokens, 4 * n);
+    unroll(std::make_integer_sequence<int, NF>{}, [&](auto ft) {
+      constexpr int tile = decltype(ft)::value;
+      for (int part = 0; part < kParts; ++part) {
+        tile_load<kA>(st.a_tile(buf, tile, part), 64);
+        tile_dpbf16ps<tile, kA, kB>();
+      }
+    });
+  }
+  unroll(std::make_integer_sequence<int, NF>{}, [&](auto ft) {
+    constexpr int tile = decltype(ft)::value;
+    tile_store<tile>(st.c, 4 * n);
+    for (int r = 0; r < g.width && tile * g.width + r < d.F; ++r)
+      for (int64_t c = 0; c < n; ++c) acc[c * g.m_stride() + tile * g.width + r] = st.c[r * n + c];
+  });
+  release_tiles();
+}
+
+void few_tokens(const core::ForwardProblem& p, const Geometry& g, const XSource& x, int64_t t0, int64_t n,
+                float* acc, float* sq, const FewStaging& st) {
+  switch (g.f_tiles) {
+    case 1: return few_tokens_gemm<1>(p, g, x, t0, n, acc, sq, st);
+    case 2: return few_tokens_gemm<2>(p, g, x, t0, n, acc, sq, st);
+    case 3: return few_tokens_gemm<3>(p, g, x, t0, n, acc, sq, st);
+    case 4: return few_tokens_gemm<4>(p, g, x, t0, n, acc, sq, st);
+    case 5: return few_tokens_gemm<5>(p, g, x, t0, n, acc, sq, st);
+    default: return few_tokens_gemm<6>(p, g, x, t0, n, acc, sq, st);
+  }
+}
+
 bool x_direct(const core::Strided& x, const core::Dims& d, int64_t* token_bytes) {
   const bool uniform = d.B == 1 || d.S == 1 || x.stride[0] == d.S * x.stride[1];
   *token_bytes = 2 * (d.S > 1 ? x.stride[1] : x.stride[0]);
@@ -362,17 +480,23 @@ struct ItemScratch {
   float* acc;          // [kItemTokens][m_stride] m, as the C tiles store it
   float* sq;           // [kItemTokens][16] lanes of sum(v^2)
   uint16_t* staging;   // [2][16][32] bf16: A tiles copied from x
+  FewStaging few;
   float* h_pre;        // [N]
 };
 constexpr int64_t kAccFloats = kItemTokens * 16 * kMaxFTiles, kSqFloats = kItemTokens * 16,
-                  kStagingFloats = 2 * 16 * kStep / 2;
+                  kStagingFloats = 2 * 16 * kStep / 2, kFewFloats = FewStaging::kFloats;
 
 ItemScratch lay_out(float* base) {
   ItemScratch s;
   s.acc = base;
   s.sq = s.acc + plan::align16(kAccFloats);
   s.staging = reinterpret_cast<uint16_t*>(s.sq + plan::align16(kSqFloats));
-  s.h_pre = s.sq + plan::align16(kSqFloats) + plan::align16(kStagingFloats);
+  float* few = s.sq + plan::align16(kSqFloats) + plan::align16(kStagingFloats);
+  s.few.a = reinterpret_cast<uint16_t*>(few);
+  s.few.b = reinterpret_cast<uint32_t*>(few + FewStaging::kAHalfwords / 2);
+  s.few.c = reinterpret_cast<float*>(s.few.b + 2 * 16 * kFewTokens);
+  s.few.row = reinterpret_cast<uint16_t*>(s.few.c + 16 * kFewTokens);
+  s.h_pre = few + plan::align16(kFewFloats);
   return s;
 }
 
@@ -385,12 +509,12 @@ int64_t forward_item_tokens(const core::ForwardProblem& p) {
 }
 
 int64_t forward_shared_floats(const core::ForwardProblem& p) {
-  return forward_uses_tiles(p) ? geometry(p.dims).steps * geometry(p.dims).step_dwords() : 0;
+  return forward_uses_tiles(p) && p.dims.T > kFewTokens ? geometry(p.dims).steps * geometry(p.dims).step_dwords() : 0;
 }
 
 int64_t forward_scratch_floats(const core::Dims& d) {
   const int64_t own = plan::align16(kAccFloats) + plan::align16(kSqFloats) + plan::align16(kStagingFloats) +
-                      plan::align16(d.N);
+                      plan::align16(kFewFloats) + plan::align16(d.N);
   return std::max(own, simd::forward_scratch_floats(d));
 }
 
@@ -410,7 +534,8 @@ void forward_tokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker)
   std::fill_n(s.sq, (t1 - t0) * 16, 0.0f);
   XSource x{&p, false, 0, s.staging};
   x.direct = x_direct(p.x, p.dims, &x.token_bytes);
-  gemm(g, x, reinterpret_cast<const uint32_t*>(args.shared()), t0, t1, s.acc, s.sq);
+  if (p.dims.T <= kFewTokens) few_tokens(p, g, x, t0, t1 - t0, s.acc, s.sq, s.few);
+  else gemm(g, x, reinterpret_cast<const uint32_t*>(args.shared()), t0, t1, s.acc, s.sq);
   for (int64_t t = t0; t < t1; ++t) {
     float lanes[16];
     std::copy_n(s.sq + (t - t0) * 16, 16, lanes);
