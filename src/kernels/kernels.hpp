@@ -30,6 +30,9 @@ struct BackwardArgs {
   float* chunk_buffers() const { return workspace + plan->off_chunk; }
 };
 
+// The prepare hooks are called with at most this many parts (the thread pool's cap).
+inline constexpr int64_t kMaxPrepareParts = 1024;
+
 struct Family {
   const char* name;
   // Scratch floats one worker needs.

@@ -12,6 +12,8 @@
 namespace mhc::ops {
 namespace {
 
+static_assert(kernels::kMaxPrepareParts >= runtime::kMaxThreads, "a prepare part per thread");
+
 // The plans size per-worker scratch by this count, so it is capped where the pool is.
 int resolve_threads(int requested) {
   return std::min(requested > 0 ? requested : runtime::default_thread_count(), runtime::kMaxThreads);
