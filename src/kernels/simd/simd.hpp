@@ -10,8 +10,10 @@ namespace mhc::kernels::simd {
 // Rows of phi per pass of the forward GEMM, and columns per chunk of u.
 inline constexpr int64_t kRowsPerPass = 80;
 inline constexpr int64_t kChunkColumns = 2048;
-// Outputs larger than this are written with streaming stores.
+// Outputs larger than this are written with streaming stores (grad_x; h_in, which
+// is written once per token after x is read twice, from a lower size).
 inline constexpr int64_t kStreamBytes = int64_t(64) << 20;
+inline constexpr int64_t kStreamHInBytes = int64_t(8) << 20;
 
 int64_t forward_scratch_floats(const core::Dims& d);
 void forward_tokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker);
