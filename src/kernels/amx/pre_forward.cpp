@@ -252,7 +252,7 @@ struct XSource {
   const core::ForwardProblem* p;
   bool direct;          // x's tokens at a uniform stride, each step's 32 columns contiguous
   int64_t token_bytes;  // that stride
-  uint16_t* staging;    // [16][32] per token tile and part of x
+  uint16_t* staging;    // [16][32] tiles: per token tile (bf16), per step parity and part (fp16)
   uint16_t* row_staging;  // [32]: one row of x copied (fp16)
 
   // Tile row pointer and stride for tokens [t, t + count) at step s.
@@ -342,21 +342,29 @@ struct Group {
         else tile_load<c>(acc + decltype(tt)::value * 16 * g.m_stride() + decltype(ft)::value * g.width, acc_bytes);
       });
     });
+    // fp16: the parts of x are staged a step ahead (two buffers), so the tile
+    // loads do not wait for the staging stores to reach L1.
+    auto stage = [&](int64_t step) {
+      uint16_t* staging = x.staging + (step & 1) * 2 * 16 * kStep;
+      x.stage_fp16(t, std::min<int64_t>(count, 16), step, staging, staging + 16 * kStep, x.row_staging, sq);
+    };
+    if constexpr (XP == 2) stage(s0);
     for (int64_t s = s0; s < s1; ++s) {
-      unroll(std::make_integer_sequence<int, TT>{}, [&](auto tt) {
-        constexpr int i = decltype(tt)::value;
-        const int64_t rows = std::clamp<int64_t>(count - 16 * i, 0, 16);
-        uint16_t* staging = x.staging + i * XP * 16 * kStep;
-        if constexpr (XP == 1) {
-          const auto [base, stride] = x.source(t + 16 * i, rows, s, staging);
+      if constexpr (XP == 2) {
+        static_assert(TT == 1, "fp16 takes one token tile a group");
+        if (s + 1 < s1) stage(s + 1);
+        const uint16_t* staging = x.staging + (s & 1) * 2 * 16 * kStep;
+        tile_load<kA>(staging, 64);
+        tile_load<kA + 1>(staging + 16 * kStep, 64);
+      } else {
+        unroll(std::make_integer_sequence<int, TT>{}, [&](auto tt) {
+          constexpr int i = decltype(tt)::value;
+          const int64_t rows = std::clamp<int64_t>(count - 16 * i, 0, 16);
+          const auto [base, stride] = x.source(t + 16 * i, rows, s, x.staging + i * 16 * kStep);
           tile_load<kA + i>(base, stride);
           accumulate_squares(base, stride, rows, sq + 16 * 16 * i);
-        } else {
-          x.stage_fp16(t + 16 * i, rows, s, staging, staging + 16 * kStep, x.row_staging, sq + 16 * 16 * i);
-          tile_load<kA + XP * i>(staging, 64);
-          tile_load<kA + XP * i + 1>(staging + 16 * kStep, 64);
-        }
-      });
+        });
+      }
       const uint32_t* step = packed + s * g.step_dwords();
       for (int part = 0; part < kParts; ++part)
         unroll(std::make_integer_sequence<int, NF>{}, [&](auto ft) {
@@ -579,12 +587,12 @@ bool forward_uses_tiles_impl(const core::ForwardProblem& p) {
 struct ItemScratch {
   float* acc;          // [kItemTokens][m_stride] m, as the C tiles store it
   float* sq;           // [kItemTokens][16] lanes of sum(v^2)
-  uint16_t* staging;   // [2][16][32] bf16: A tiles copied from x
+  uint16_t* staging;   // [4][16][32] bf16: A tiles copied from x (bf16: 2 token tiles; fp16: 2 steps x 2 parts)
   FewStaging few;
   float* h_pre;        // [N]
 };
 constexpr int64_t kAccFloats = kItemTokens * 16 * kMaxFTiles, kSqFloats = kItemTokens * 16,
-                  kStagingFloats = 2 * 16 * kStep / 2, kFewFloats = FewStaging::kFloats;
+                  kStagingFloats = 4 * 16 * kStep / 2, kFewFloats = FewStaging::kFloats;
 
 ItemScratch lay_out(float* base) {
   ItemScratch s;
@@ -642,7 +650,7 @@ void forward_tokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker)
   if (!forward_uses_tiles(p)) return simd::forward_tokens(args, t0, t1, worker);
   const Geometry g = geometry(p.dims, p.x.dtype);
   const ItemScratch s = lay_out(args.scratch(worker));
-  std::memset(s.staging, 0, 2 * 16 * kStep * sizeof(uint16_t));  // rows past the item's tokens stay zero
+  std::memset(s.staging, 0, 4 * 16 * kStep * sizeof(uint16_t));  // rows past the item's tokens stay zero
   std::fill_n(s.sq, (t1 - t0) * 16, 0.0f);
   XSource x{&p, false, 0, s.staging, s.few.row};
   x.direct = x_direct(p.x, p.dims, &x.token_bytes);
