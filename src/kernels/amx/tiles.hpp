@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 namespace mhc::kernels::amx {
 
@@ -39,6 +40,12 @@ inline void tile_store(void* base, int64_t stride_bytes) {
 template <int C, int A, int B>
 inline void tile_dpbf16ps() {
   asm volatile("tdpbf16ps %%tmm%c2, %%tmm%c1, %%tmm%c0" ::"i"(C), "i"(A), "i"(B));
+}
+
+// body(std::integral_constant<int, I>) for each I: tile numbers from a loop index.
+template <int... I, class Body>
+inline void unroll(std::integer_sequence<int, I...>, Body&& body) {
+  (body(std::integral_constant<int, I>{}), ...);
 }
 
 }  // namespace mhc::kernels::amx

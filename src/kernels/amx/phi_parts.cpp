@@ -1,0 +1,181 @@
+// phi.gamma in three exact bf16 parts (phi_parts.hpp).
+#include "kernels/amx/phi_parts.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+// GCC 12 warns inside its own AVX-512 headers (the _mm512_undefined_* they use).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+
+namespace mhc::kernels::amx {
+namespace {
+
+// ------------------------------------------------------------------ packing phi.gamma
+
+// 32 values of phi.gamma for row f, columns [k0, k0 + 32), zero past K.
+__attribute__((target("avx512f"))) void load_phi_gamma(const core::ForwardProblem& p, int64_t f, int64_t k0, float* out) {
+  const core::Dims& d = p.dims;
+  const float* phi = static_cast<const float*>(p.phi.data);
+  const float* gamma = static_cast<const float*>(p.gamma.data);
+  const int64_t n0 = k0 / d.D, j0 = k0 % d.D;
+  const bool gamma_unit = !p.gamma.present() || (p.gamma.stride[3] == 1 && (j0 + kStep <= d.D || p.gamma.stride[2] == d.D));
+  if (p.phi.stride[3] == 1 && k0 + kStep <= d.K && gamma_unit) {
+    const float* row = phi + p.phi.at(f, k0);
+    if (!p.gamma.present()) {
+      std::memcpy(out, row, kStep * sizeof(float));
+    } else {
+      const float* g = gamma + p.gamma.at(n0, j0);
+      _mm512_store_ps(out, _mm512_mul_ps(_mm512_loadu_ps(row), _mm512_loadu_ps(g)));
+      _mm512_store_ps(out + 16, _mm512_mul_ps(_mm512_loadu_ps(row + 16), _mm512_loadu_ps(g + 16)));
+    }
+    return;
+  }
+  for (int i = 0; i < kStep; ++i) {
+    const int64_t k = k0 + i;
+    if (k >= d.K) {
+      out[i] = 0.0f;
+      continue;
+    }
+    const float w = p.phi.load(p.phi.at(f, k));
+    out[i] = p.gamma.present() ? w * p.gamma.load(p.gamma.at(k / d.D, k % d.D)) : w;
+  }
+}
+
+// One fp32 vector split exactly into three bf16-valued fp32 vectors: each part the
+// truncation to 8 significant bits of what the previous ones left. Inf and NaN go
+// whole into hi (NaN made quiet so truncation cannot turn it into Inf).
+__attribute__((target("avx512f,avx512bw"))) inline void split3(__m512 v, __m512 parts[kParts]) {
+  const __m512i top = _mm512_set1_epi32(int(0xffff0000u));
+  const __m512i bits = _mm512_castps_si512(v);
+  const __mmask16 nonfinite =
+      _mm512_cmpeq_epi32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7f800000)), _mm512_set1_epi32(0x7f800000));
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  __m512i hi = _mm512_and_si512(bits, top);
+  hi = _mm512_mask_or_epi32(hi, nan, hi, _mm512_set1_epi32(0x00400000));
+  const __m512 rest = _mm512_maskz_sub_ps(~nonfinite, v, _mm512_castsi512_ps(hi));
+  const __m512 mid = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(rest), top));
+  parts[0] = _mm512_castsi512_ps(hi);
+  parts[1] = mid;
+  parts[2] = _mm512_sub_ps(rest, mid);  // at most 8 significant bits: exact in bf16
+}
+
+// rows[i] := column i of the 16 x 16 dword matrix whose rows were rows[i].
+__attribute__((target("avx512f"))) inline void transpose16(__m512i rows[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(rows[i], rows[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(rows[i], rows[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // u[4q + j]: 128-bit lane l holds dword j..j of rows 4q..4q+3 at column 4l + j.
+  for (int j = 0; j < 4; ++j) {
+    const __m512i v0 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88), v1 = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xdd);
+    const __m512i v2 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88),
+                  v3 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xdd);
+    rows[j] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+    rows[8 + j] = _mm512_shuffle_i32x4(v0, v2, 0xdd);
+    rows[4 + j] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+    rows[12 + j] = _mm512_shuffle_i32x4(v1, v3, 0xdd);
+  }
+}
+
+
+// Row f of phi.gamma, columns [k0, k0 + 32), in three bf16 parts of 32 columns each.
+// Returns false if one of them is not finite.
+__attribute__((target("avx512f,avx512bw"))) inline bool split_row(const core::ForwardProblem& p, int64_t f,
+                                                                  int64_t k0, __m512i parts[kParts]) {
+  const core::Dims& d = p.dims;
+  __m512 lo, hi;
+  const int64_t j0 = k0 % d.D;
+  const bool gamma_unit = !p.gamma.present() || (p.gamma.stride[3] == 1 && (j0 + kStep <= d.D || p.gamma.stride[2] == d.D));
+  if (p.phi.stride[3] == 1 && k0 + kStep <= d.K && gamma_unit) {  // the common case, inline
+    const float* row = static_cast<const float*>(p.phi.data) + p.phi.at(f, k0);
+    lo = _mm512_loadu_ps(row), hi = _mm512_loadu_ps(row + 16);
+    if (p.gamma.present()) {
+      const float* g = static_cast<const float*>(p.gamma.data) + p.gamma.at(k0 / d.D, j0);
+      lo = _mm512_mul_ps(lo, _mm512_loadu_ps(g)), hi = _mm512_mul_ps(hi, _mm512_loadu_ps(g + 16));
+    }
+  } else {
+    alignas(64) float values[kStep];
+    load_phi_gamma(p, f, k0, values);
+    lo = _mm512_load_ps(values), hi = _mm512_load_ps(values + 16);
+  }
+  __m512 first[kParts], second[kParts];
+  const __m512i exponent = _mm512_set1_epi32(0x7f800000);
+  const __mmask16 nonfinite =
+      _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(lo), exponent), exponent) |
+      _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(hi), exponent), exponent);
+  split3(lo, first);
+  split3(hi, second);
+  const __m512i high_halves = _mm512_load_si512(kHighHalves);
+  for (int part = 0; part < kParts; ++part)
+    parts[part] = _mm512_permutex2var_epi16(_mm512_castps_si512(first[part]), high_halves,
+                                            _mm512_castps_si512(second[part]));
+  return nonfinite == 0;
+}
+
+// Packs k steps [s0, s1): for each step, part and C tile, 16 rows (pairs of
+// columns of phi) x width columns (rows of phi) of bf16 pairs, as tdpbf16ps
+// reads B. Steps go in blocks of kPackSteps: each row of phi is read in a run of
+// kPackSteps x 128 bytes (rows are K floats apart: short runs starve the
+// prefetcher), split and paired into `pairs`, then 16 rows at a time are
+// transposed in registers into the tiles.
+}  // namespace
+
+__attribute__((target("avx512f,avx512bw"))) bool pack_steps(const core::ForwardProblem& p, const Geometry& g,
+                                                            int64_t s0, int64_t s1, uint32_t* packed) {
+  bool finite = true;
+  const core::Dims& d = p.dims;
+  constexpr int64_t kPackSteps = 8;
+  alignas(64) __m512i pairs[kPackSteps][kParts][16];  // 24 KiB
+  const __mmask16 row_mask = __mmask16((1u << g.width) - 1);
+  for (int64_t b0 = s0; b0 < s1; b0 += kPackSteps) {
+    const int64_t steps = std::min(kPackSteps, s1 - b0);
+    for (int tile = 0; tile < g.f_tiles; ++tile) {
+      for (int c = 0; c < 16; ++c) {
+        const int64_t f = int64_t(tile) * g.width + c;
+        const bool real = c < g.width && f < d.F;
+        for (int64_t i = 0; i < steps; ++i) {
+          if (!real) {
+            for (int part = 0; part < kParts; ++part) pairs[i][part][c] = _mm512_setzero_si512();
+            continue;
+          }
+          __m512i parts[kParts];
+          finite = split_row(p, f, (b0 + i) * kStep, parts) && finite;
+          for (int part = 0; part < kParts; ++part) pairs[i][part][c] = parts[part];
+        }
+      }
+      for (int64_t i = 0; i < steps; ++i)
+        for (int part = 0; part < kParts; ++part) {
+          transpose16(pairs[i][part]);
+          uint32_t* tile_base = packed + (b0 + i) * g.step_dwords() + (part * g.f_tiles + tile) * g.tile_dwords();
+          for (int r = 0; r < 16; ++r) _mm512_mask_storeu_epi32(tile_base + r * g.width, row_mask, pairs[i][part][r]);
+        }
+    }
+  }
+  return finite;
+}
+
+// The rows of C tile `tile` of phi.gamma at step s, in parts, into a (rows past F stay as they are: zero).
+__attribute__((target("avx512f,avx512bw"))) bool stage_phi_rows(const core::ForwardProblem& p, const Geometry& g,
+                                                                int tile, int64_t s, uint16_t* a) {
+  bool finite = true;
+  for (int r = 0; r < g.width && tile * g.width + r < p.dims.F; ++r) {
+    __m512i parts[kParts];
+    finite = split_row(p, tile * g.width + r, s * kStep, parts) && finite;
+    for (int part = 0; part < kParts; ++part) _mm512_storeu_si512(a + (part * 16 + r) * kStep, parts[part]);
+  }
+  return finite;
+}
+
+}  // namespace mhc::kernels::amx

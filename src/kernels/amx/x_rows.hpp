@@ -1,0 +1,41 @@
+// Where the AMX forward's A tiles of x come from: x itself (16 token rows at a
+// fixed stride), or rows copied (the item's last tokens, the last step, layouts
+// whose rows are not unit-stride 64-byte runs); fp16 x as bf16 parts. And the
+// sums of squares formed from the same rows while they are in L1.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+#include "core/problem.hpp"
+#include "kernels/amx/geometry.hpp"
+
+namespace mhc::kernels::amx {
+
+// The A tile rows of x for a kernel call; staging buffers belong to the worker.
+struct XSource {
+  const core::ForwardProblem* p;
+  bool direct;          // x's tokens at a uniform stride, each step's 32 columns contiguous
+  int64_t token_bytes;  // that stride
+  uint16_t* staging;    // [16][32] tiles: per token tile (bf16), per step parity and part (fp16)
+  uint16_t* row_staging;  // [32]: one row of x copied (fp16)
+
+  // Tile row pointer and stride for tokens [t, t + count) at step s.
+  std::pair<const void*, int64_t> source(int64_t t, int64_t count, int64_t s, uint16_t* tile_staging) const;
+
+  // fp16 x: tokens [t, t + count) at step s as rows of bf16 parts into hi and lo
+  // ([16][32] each), their squares into sq rows of 16.
+  void stage_fp16(int64_t t, int64_t count, int64_t s, uint16_t* hi, uint16_t* lo, uint16_t* row_staging,
+                  float* sq) const;
+};
+
+// Whether x's tokens are at a uniform stride with each step's 32 columns contiguous (and that stride).
+bool x_direct(const core::Strided& x, const core::Dims& d, int64_t* token_bytes);
+
+// sq[i][lane] += the squares of the 32 bf16 of row i (rows at `stride` bytes).
+void accumulate_squares(const void* base, int64_t stride, int64_t rows, float* sq);
+
+// A row of 32 fp16 as two rows of bf16 parts, and its squares added into sq[16].
+void fp16_parts(const void* row, uint16_t* hi_row, uint16_t* lo_row, float* sq);
+
+}  // namespace mhc::kernels::amx
