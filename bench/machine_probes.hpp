@@ -1,6 +1,8 @@
 // Probes of this machine's limits, the two ends of the roofline:
 //   - fp32 FMA peak: independent FMA chains held in vector registers, on 1..n
-//     threads, for each vector ISA the CPU has (AVX-512, AVX2+FMA);
+//     threads, for each vector ISA the CPU has (AVX-512, AVX2+FMA); and, where
+//     the CPU and OS have AMX-BF16, the bf16 tile peak (for context: the roofline
+//     keeps the fp32 FMA peak);
 //   - memory bandwidth: a STREAM-triad-like a = b + s*c over arrays far larger
 //     than the last-level cache, pre-touched, counted as read + write bytes.
 #pragma once
@@ -13,7 +15,7 @@
 namespace mhc_bench {
 
 struct FmaPeak {
-  std::string isa;     // "avx512" or "avx2"
+  std::string isa;     // "avx512", "avx2" or "amx-bf16" (bf16 FLOPs)
   int threads = 1;
   double gflops = 0;   // best of several repetitions
 };
@@ -27,7 +29,7 @@ struct MachineLimits {
   std::string cpu_model;
   int hardware_threads = 1;
   int64_t llc_bytes = 0;              // last-level cache size as the OS reports it
-  bool has_avx512 = false, has_avx2_fma = false;
+  bool has_avx512 = false, has_avx2_fma = false, has_amx_bf16 = false;
   std::vector<FmaPeak> fma_peaks;     // every (isa, threads) measured
   std::vector<TriadBandwidth> bandwidths;
   int64_t triad_array_bytes = 0;      // size of each of the 3 arrays

@@ -216,7 +216,8 @@ int run(int argc, char** argv) {
   std::printf("cpu: %s, %d hardware threads, LLC %.0f MiB\n", m.cpu_model.c_str(), m.hardware_threads,
               mib(m.llc_bytes));
   for (const auto& p : m.fma_peaks)
-    std::printf("fp32 FMA peak %-6s %d thread(s): %8.1f GFLOP/s\n", p.isa.c_str(), p.threads, p.gflops);
+    std::printf("%-9s peak %-8s %d thread(s): %8.1f GFLOP/s\n", p.isa == "amx-bf16" ? "bf16 tile" : "fp32 FMA",
+                p.isa.c_str(), p.threads, p.gflops);
   for (const auto& b : m.bandwidths)
     std::printf("triad bandwidth   %d thread(s): %8.1f GB/s  (3 x %.0f MiB, read+write bytes)\n",
                 b.threads, b.gbytes_per_s, mib(m.triad_array_bytes));
@@ -235,7 +236,7 @@ int run(int argc, char** argv) {
   j.key("machine").begin_object();
   j.field("cpu", m.cpu_model).field("hardware_threads", m.hardware_threads).field("llc_bytes", m.llc_bytes);
   j.key("fma_peak_gflops").begin_object();
-  for (const char* name : {"avx512", "avx2"}) {
+  for (const char* name : {"avx512", "avx2", "amx-bf16"}) {
     j.key(name).begin_object();
     for (const auto& p : m.fma_peaks)
       if (p.isa == name) j.field(std::to_string(p.threads), p.gflops);
