@@ -15,6 +15,9 @@ namespace mhc::kernels {
 const char* simd_best_name() { return nullptr; }
 bool simd_force(const char*) { return false; }
 const Family* simd_family() { return nullptr; }
+#endif
+#if !defined(MHC_WITH_AMX)
+// Built without the AMX kernels (no SIMD, or an assembler without AMX).
 const Family* amx_family() { return nullptr; }
 #endif
 

@@ -562,6 +562,39 @@ TEST_P(NonFiniteShortOperands, PropagateAsIeee) {
 
 INSTANTIATE_TEST_SUITE_P(Inputs, NonFiniteShortOperands, ::testing::ValuesIn(poisons()), poison_name);
 
+// Two ways a kernel that folds gamma into phi or takes operands in bf16 parts on
+// tiles could change an output's class: a subnormal bf16 x (tiles flush it to 0)
+// times an Inf of phi, and phi*gamma overflowing where SPEC's phi.(v*gamma) does
+// not. Both on 6 and on 40 tokens (the AMX family's two forward paths).
+TEST(NonFiniteEdges, SubnormalXTimesInfPhiAndPhiGammaOverflow) {
+  for (DType dtype : {DType::bf16, DType::fp16})
+    for (int64_t tokens : {6, 40})
+      for (int which : {0, 1}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + std::to_string(tokens) + " tokens, " +
+                     (which == 0 ? "subnormal x times Inf phi" : "phi*gamma overflows"));
+        Config c = small_config(dtype);
+        c.D = 40;
+        c.S = tokens;
+        Operands o = make_operands(c);
+        const int64_t k = 37, token = 2;  // stream 0, column 37 (the second, partial, step of 32)
+        if (which == 0) {
+          o.x.set(token * c.N * c.D + k, dtype == DType::bf16 ? 9.18355e-41 : 5.96046e-08);  // the smallest subnormal
+          for (int64_t f = 0; f < o.phi.numel() / (c.N * c.D); ++f) o.phi.set(f * c.N * c.D + k, INFINITY);
+        } else {
+          for (int64_t i = 0; i < o.x.numel(); ++i) o.x.set(i, 1e-3);
+          o.phi.set(k, 1e30);
+          o.gamma.set(k, 1e10);
+        }
+        ASSERT_TRUE(run_forward_with_caches(o).ok());
+        const mhc::reference::ForwardOutputs64 ref = mhc::reference::forward(forward64(o));
+        expect_same_classes("h_in", o.h_in, ref.h_in);
+        expect_same_classes("h_post", o.h_post, ref.h_post);
+        expect_same_classes("h_res", o.h_res, ref.h_res);
+        expect_same_classes("h_mix", o.h_mix, ref.h_mix);
+        expect_same_classes("h_pre", o.h_pre, ref.h_pre);
+      }
+}
+
 // ================================================================== misaligned pointers
 
 // The same tensor at an element offset from its buffer's start: aligned to its

@@ -1,5 +1,5 @@
 // The AMX family: the SIMD family (AVX-512) with the forward's GEMM on AMX-BF16
-// tiles when x is bf16. Everything else is the SIMD family's.
+// tiles when x is bf16 or fp16. Everything else is the SIMD family's.
 #pragma once
 
 #include <cstdint>
@@ -12,8 +12,9 @@ namespace mhc::kernels::amx {
 // read from L3 once per item, so items are longer than the SIMD family's 32.
 inline constexpr int64_t kItemTokens = 256;
 
-// Whether the forward of this problem runs on tiles: bf16 x and F <= 96 (the C
-// tiles of 16 tokens fit the eight tiles), from dtypes and dims only.
+// Whether the forward of this problem runs on tiles, from dtypes and dims only:
+// bf16 x with F <= 96, fp16 x with F <= 80 (the C tiles of 16 tokens, the A
+// tiles of x's parts and a B tile fit the eight tiles).
 bool forward_uses_tiles(const core::ForwardProblem& p);
 
 int64_t forward_item_tokens(const core::ForwardProblem& p);

@@ -16,24 +16,10 @@ namespace {
 
 // ------------------------------------------------------------------ packing phi.gamma
 
-// 32 values of phi.gamma for row f, columns [k0, k0 + 32), zero past K.
-__attribute__((target("avx512f"))) void load_phi_gamma(const core::ForwardProblem& p, int64_t f, int64_t k0, float* out) {
+// 32 values of phi.gamma for row f, columns [k0, k0 + 32), zero past K, one at a
+// time (split_row reads whole unit-stride runs itself).
+void load_phi_gamma(const core::ForwardProblem& p, int64_t f, int64_t k0, float* out) {
   const core::Dims& d = p.dims;
-  const float* phi = static_cast<const float*>(p.phi.data);
-  const float* gamma = static_cast<const float*>(p.gamma.data);
-  const int64_t n0 = k0 / d.D, j0 = k0 % d.D;
-  const bool gamma_unit = !p.gamma.present() || (p.gamma.stride[3] == 1 && (j0 + kStep <= d.D || p.gamma.stride[2] == d.D));
-  if (p.phi.stride[3] == 1 && k0 + kStep <= d.K && gamma_unit) {
-    const float* row = phi + p.phi.at(f, k0);
-    if (!p.gamma.present()) {
-      std::memcpy(out, row, kStep * sizeof(float));
-    } else {
-      const float* g = gamma + p.gamma.at(n0, j0);
-      _mm512_store_ps(out, _mm512_mul_ps(_mm512_loadu_ps(row), _mm512_loadu_ps(g)));
-      _mm512_store_ps(out + 16, _mm512_mul_ps(_mm512_loadu_ps(row + 16), _mm512_loadu_ps(g + 16)));
-    }
-    return;
-  }
   for (int i = 0; i < kStep; ++i) {
     const int64_t k = k0 + i;
     if (k >= d.K) {
@@ -124,14 +110,14 @@ __attribute__((target("avx512f,avx512bw"))) inline bool split_row(const core::Fo
   return nonfinite == 0;
 }
 
+}  // namespace
+
 // Packs k steps [s0, s1): for each step, part and C tile, 16 rows (pairs of
 // columns of phi) x width columns (rows of phi) of bf16 pairs, as tdpbf16ps
 // reads B. Steps go in blocks of kPackSteps: each row of phi is read in a run of
 // kPackSteps x 128 bytes (rows are K floats apart: short runs starve the
 // prefetcher), split and paired into `pairs`, then 16 rows at a time are
 // transposed in registers into the tiles.
-}  // namespace
-
 __attribute__((target("avx512f,avx512bw"))) bool pack_steps(const core::ForwardProblem& p, const Geometry& g,
                                                             int64_t s0, int64_t s1, uint32_t* packed) {
   bool finite = true;

@@ -158,19 +158,21 @@ void gemm(const Geometry& g, const XSource& x, const uint32_t* packed, int64_t t
   else gemm_parts<2>(g, x, packed, t0, t1, acc, sq);
 }
 
-// m of token t, one product at a time, for a token whose x is not finite: in
-// parts, x = Inf times a part that is exactly 0 would give NaN where the
-// reference has Inf. (The token's outputs are Inf or NaN either way; this keeps
-// which.) A token's own data decides, so batch invariance holds.
+// m of token t one product at a time, in SPEC's order (phi times v*gamma), for a
+// token where a bf16 part that is exactly 0 (or a subnormal bf16 x, which the
+// tiles flush to 0) may meet Inf: 0 x Inf would give NaN where the reference has
+// Inf, and phi*gamma folded may overflow or underflow where SPEC's order does
+// not. (The token's outputs are Inf or NaN either way; this keeps which.) A
+// token's own data, or phi's, decides, so batch invariance holds.
 void token_m_scalar(const core::ForwardProblem& p, int64_t t, float* m) {
   const core::Dims& d = p.dims;
   for (int64_t f = 0; f < d.F; ++f) {
     float sum = 0.0f;
     for (int64_t k = 0; k < d.K; ++k) {
       const int64_t n = k / d.D, j = k % d.D;
-      float w = p.phi.load(p.phi.at(f, k));
-      if (p.gamma.present()) w *= p.gamma.load(p.gamma.at(n, j));
-      sum += p.x.load(p.x.at(t, n, j)) * w;
+      float u = p.x.load(p.x.at(t, n, j));
+      if (p.gamma.present()) u *= p.gamma.load(p.gamma.at(n, j));
+      sum += p.phi.load(p.phi.at(f, k)) * u;
     }
     m[f] = sum;
   }
@@ -184,36 +186,40 @@ void token_m_scalar(const core::ForwardProblem& p, int64_t t, float* m) {
 // phi x the tokens. Packing phi for B tiles once per call would cost a decode
 // step several times its arithmetic. Every element of C is the same sequence of
 // exact pair products and fp32 additions as in the packed path (step by step,
-// parts hi, mid, lo), so a token's bits do not depend on its batch's size
-// (the batch invariance tests compare the two).
+// parts of phi hi, mid, lo, within each the parts of x), so a token's bits do not
+// depend on its batch's size (the batch invariance tests compare the two). The
+// C tiles are independent: forward_prepare's parts take them in shares, so a
+// single token still uses every thread.
 struct FewStaging {
   static constexpr int64_t kAHalfwords = 2 * kMaxFTiles * kParts * 16 * kStep;
-  static constexpr int64_t kFloats = kAHalfwords / 2 + 2 * 2 * 16 * kFewTokens + 16 * kFewTokens + 3 * kStep / 2;
-  uint16_t* a;   // [2][kMaxFTiles][kParts][16][32] bf16: rows of phi.gamma in parts, two steps
-  uint32_t* b;   // [2][x part][16][kFewTokens] pairs of x, two steps
-  float* c;      // [16][kFewTokens] a C tile
-  uint16_t* row; // [3][32] a row of x copied, and its parts (fp16)
-  uint32_t* b_tile(int buf, int q) const { return b + (buf * 2 + q) * 16 * kFewTokens; }
-  uint16_t* a_tile(int buf, int tile, int part) const { return a + ((buf * kMaxFTiles + tile) * kParts + part) * 16 * kStep; }
+  alignas(64) uint16_t a[kAHalfwords];              // [2][tile][part][16][32]: rows of phi.gamma, two steps
+  alignas(64) uint32_t b[2 * 2 * 16 * kFewTokens];  // [2][x part][16][kFewTokens]: pairs of x, two steps
+  alignas(64) float c[16 * kFewTokens];             // a C tile
+  alignas(64) uint16_t row[3 * kStep];              // a row of x copied, and its parts (fp16)
+  uint32_t* b_tile(int buf, int q) { return b + (buf * 2 + q) * 16 * kFewTokens; }
+  uint16_t* a_tile(int buf, int tile, int part) { return a + ((buf * kMaxFTiles + tile) * kParts + part) * 16 * kStep; }
 };
 
+// A row of x (64 bytes, any alignment) as 16 pairs.
+void row_pairs(const void* row, uint32_t pairs[16]) { std::memcpy(pairs, row, 64); }
 
-// Everything step s needs, into staging buffer `buf`: the rows of phi.gamma in
-// parts for every C tile, and the tokens' pairs of x (their squares summed as
-// they pass). Staged a step ahead of the products that read them, so the tile
-// loads do not wait for these stores to reach L1.
-bool stage_step(const core::ForwardProblem& p, const Geometry& g, const XSource& x, int64_t t0, int64_t n, int64_t s,
-                float* sq, const FewStaging& st, int buf) {
+// Everything step s needs, into staging buffer `buf`: the tokens' pairs of x and
+// the rows of phi.gamma in parts for C tiles [tile0, tile0 + tiles). Staged a step
+// ahead of the products that read them, so the tile loads do not wait for these
+// stores to reach L1. False if phi.gamma there is not finite.
+bool stage_step(const core::ForwardProblem& p, const Geometry& g, const XSource& x, int64_t t0, int64_t n, int tile0,
+                int tiles, int64_t s, FewStaging& st, int buf) {
   for (int64_t c = 0; c < n; ++c) {
     const auto [row, stride] = x.source(t0 + c, 1, s, st.row);
     (void)stride;
-    const uint32_t* parts[2] = {static_cast<const uint32_t*>(row), nullptr};
+    uint32_t parts[2][16];
     if (g.x_parts == 1) {
-      accumulate_squares(row, 64, 1, sq + 16 * c);
+      row_pairs(row, parts[0]);
     } else {
-      fp16_parts(row, st.row + kStep, st.row + 2 * kStep, sq + 16 * c);
-      parts[0] = reinterpret_cast<const uint32_t*>(st.row + kStep);
-      parts[1] = reinterpret_cast<const uint32_t*>(st.row + 2 * kStep);
+      alignas(64) float unused_sq[16] = {};
+      fp16_parts(row, st.row + kStep, st.row + 2 * kStep, unused_sq);
+      row_pairs(st.row + kStep, parts[0]);
+      row_pairs(st.row + 2 * kStep, parts[1]);
     }
     for (int q = 0; q < g.x_parts; ++q) {
       uint32_t* b = st.b_tile(buf, q);
@@ -221,71 +227,80 @@ bool stage_step(const core::ForwardProblem& p, const Geometry& g, const XSource&
     }
   }
   bool finite = true;
-  for (int tile = 0; tile < g.f_tiles; ++tile) finite = stage_phi_rows(p, g, tile, s, st.a_tile(buf, tile, 0)) && finite;
+  for (int i = 0; i < tiles; ++i) finite = stage_phi_rows(p, g, tile0 + i, s, st.a_tile(buf, i, 0)) && finite;
   return finite;
 }
 
-// Tiles: C 0..NF-1, A 7 - XP, B (one per part of x) 8 - XP...7.
-template <int NF, int XP>
+// m of tokens [t0, t0 + n) for C tiles [tile0, tile0 + NC) into m (rows of
+// m_stride). Tiles: C 0..NC-1, A 7 - XP, B (one per part of x) 8 - XP...7.
+template <int NC, int XP>
 bool few_tokens_gemm(const core::ForwardProblem& p, const Geometry& g, const XSource& x, int64_t t0, int64_t n,
-                     float* acc, float* sq, const FewStaging& st) {
+                     int tile0, float* m, FewStaging& st) {
   constexpr int kA = 7 - XP, kB = 8 - XP;
-  static_assert(NF <= kA, "C tiles below A and B");
+  static_assert(NC <= kA, "C tiles below A and B");
   const core::Dims& d = p.dims;
   TileConfig config;
-  for (int i = 0; i < NF; ++i) config.rows[i] = 16, config.bytes_per_row[i] = uint16_t(4 * n);
+  for (int i = 0; i < NC; ++i) config.rows[i] = 16, config.bytes_per_row[i] = uint16_t(4 * n);
   config.rows[kA] = 16, config.bytes_per_row[kA] = 64;
   for (int q = 0; q < XP; ++q) config.rows[kB + q] = 16, config.bytes_per_row[kB + q] = uint16_t(4 * n);
   load_config(config);
-  unroll(std::make_integer_sequence<int, NF>{}, [&](auto ft) { tile_zero<decltype(ft)::value>(); });
-  std::memset(st.a, 0, FewStaging::kAHalfwords * sizeof(uint16_t));  // rows past F stay zero
-  bool phi_finite = stage_step(p, g, x, t0, n, 0, sq, st, 0);
+  unroll(std::make_integer_sequence<int, NC>{}, [&](auto i) { tile_zero<decltype(i)::value>(); });
+  std::memset(st.a, 0, sizeof st.a);  // rows past F stay zero
+  bool phi_finite = stage_step(p, g, x, t0, n, tile0, NC, 0, st, 0);
   for (int64_t s = 0; s < g.steps; ++s) {
-    if (s + 1 < g.steps) phi_finite = stage_step(p, g, x, t0, n, s + 1, sq, st, int((s + 1) & 1)) && phi_finite;
+    if (s + 1 < g.steps) phi_finite = stage_step(p, g, x, t0, n, tile0, NC, s + 1, st, int((s + 1) & 1)) && phi_finite;
     const int buf = int(s & 1);
     unroll(std::make_integer_sequence<int, XP>{}, [&](auto q) {
       tile_load<kB + decltype(q)::value>(st.b_tile(buf, decltype(q)::value), 4 * n);
     });
-    unroll(std::make_integer_sequence<int, NF>{}, [&](auto ft) {
-      constexpr int tile = decltype(ft)::value;
+    unroll(std::make_integer_sequence<int, NC>{}, [&](auto i) {
+      constexpr int c = decltype(i)::value;
       for (int part = 0; part < kParts; ++part) {
-        tile_load<kA>(st.a_tile(buf, tile, part), 64);
-        unroll(std::make_integer_sequence<int, XP>{}, [&](auto q) { tile_dpbf16ps<tile, kA, kB + decltype(q)::value>(); });
+        tile_load<kA>(st.a_tile(buf, c, part), 64);
+        unroll(std::make_integer_sequence<int, XP>{}, [&](auto q) { tile_dpbf16ps<c, kA, kB + decltype(q)::value>(); });
       }
     });
   }
-  unroll(std::make_integer_sequence<int, NF>{}, [&](auto ft) {
-    constexpr int tile = decltype(ft)::value;
-    tile_store<tile>(st.c, 4 * n);
+  unroll(std::make_integer_sequence<int, NC>{}, [&](auto i) {
+    constexpr int c = decltype(i)::value;
+    const int tile = tile0 + c;
+    tile_store<c>(st.c, 4 * n);
     for (int r = 0; r < g.width && tile * g.width + r < d.F; ++r)
-      for (int64_t c = 0; c < n; ++c) acc[c * g.m_stride() + tile * g.width + r] = st.c[r * n + c];
+      for (int64_t t = 0; t < n; ++t) m[t * g.m_stride() + tile * g.width + r] = st.c[r * n + t];
   });
   release_tiles();
   return phi_finite;
 }
 
-template <int XP>
-bool few_tokens_parts(const core::ForwardProblem& p, const Geometry& g, const XSource& x, int64_t t0, int64_t n,
-                      float* acc, float* sq, const FewStaging& st) {
-  switch (g.f_tiles) {
-    case 1: return few_tokens_gemm<1, XP>(p, g, x, t0, n, acc, sq, st);
-    case 2: return few_tokens_gemm<2, XP>(p, g, x, t0, n, acc, sq, st);
-    case 3: return few_tokens_gemm<3, XP>(p, g, x, t0, n, acc, sq, st);
-    case 4: return few_tokens_gemm<4, XP>(p, g, x, t0, n, acc, sq, st);
-    case 5: return few_tokens_gemm<5, XP>(p, g, x, t0, n, acc, sq, st);
-    default:
-      if constexpr (XP == 1) return few_tokens_gemm<6, 1>(p, g, x, t0, n, acc, sq, st);
-      return false;
-  }
-}
-
-// Returns whether phi.gamma was finite.
+// Returns whether phi.gamma was finite in those tiles.
 bool few_tokens(const core::ForwardProblem& p, const Geometry& g, const XSource& x, int64_t t0, int64_t n,
-                float* acc, float* sq, const FewStaging& st) {
-  if (g.x_parts == 1) return few_tokens_parts<1>(p, g, x, t0, n, acc, sq, st);
-  return few_tokens_parts<2>(p, g, x, t0, n, acc, sq, st);
+                int tile0, int tiles, float* m, FewStaging& st) {
+  // forward_uses_tiles admits at most 6 C tiles (bf16 x) or 5 (fp16 x, one B tile more).
+  auto run = [&]<int XP>() {
+    switch (tiles) {
+      case 1: return few_tokens_gemm<1, XP>(p, g, x, t0, n, tile0, m, st);
+      case 2: return few_tokens_gemm<2, XP>(p, g, x, t0, n, tile0, m, st);
+      case 3: return few_tokens_gemm<3, XP>(p, g, x, t0, n, tile0, m, st);
+      case 4: return few_tokens_gemm<4, XP>(p, g, x, t0, n, tile0, m, st);
+      case 5: return few_tokens_gemm<5, XP>(p, g, x, t0, n, tile0, m, st);
+      default:
+        if constexpr (XP == 1) return few_tokens_gemm<6, 1>(p, g, x, t0, n, tile0, m, st);
+        return false;
+    }
+  };
+  return g.x_parts == 1 ? run.template operator()<1>() : run.template operator()<2>();
 }
 
+// The squares of tokens [t0, t1) as the packed path sums them: step by step, the
+// same lanes (so a token's inv_rms does not depend on the path either).
+void token_squares(const Geometry& g, const XSource& x, int64_t t0, int64_t t1, uint16_t* row_staging, float* sq) {
+  for (int64_t s = 0; s < g.steps; ++s)
+    for (int64_t t = t0; t < t1; ++t) {
+      const auto [row, stride] = x.source(t, 1, s, row_staging);
+      if (g.x_parts == 1) accumulate_squares(row, stride, 1, sq + 16 * (t - t0));
+      else fp16_parts(row, row_staging + kStep, row_staging + 2 * kStep, sq + 16 * (t - t0));
+    }
+}
 
 // bf16 x with F <= 96, fp16 x (two parts: one A tile more) with F <= 80.
 bool forward_uses_tiles_impl(const core::ForwardProblem& p) {
@@ -299,24 +314,36 @@ struct ItemScratch {
   float* acc;          // [kItemTokens][m_stride] m, as the C tiles store it
   float* sq;           // [kItemTokens][16] lanes of sum(v^2)
   uint16_t* staging;   // [4][16][32] bf16: A tiles copied from x (bf16: 2 token tiles; fp16: 2 steps x 2 parts)
-  FewStaging few;
+  uint16_t* row;       // [3][32] bf16: a row of x copied, and its parts (fp16)
   float* h_pre;        // [N]
 };
 constexpr int64_t kAccFloats = kItemTokens * 16 * kMaxFTiles, kSqFloats = kItemTokens * 16,
-                  kStagingFloats = 4 * 16 * kStep / 2, kFewFloats = FewStaging::kFloats;
+                  kStagingFloats = 4 * 16 * kStep / 2, kRowFloats = 3 * kStep / 2;
 
 ItemScratch lay_out(float* base) {
   ItemScratch s;
   s.acc = base;
   s.sq = s.acc + plan::align16(kAccFloats);
   s.staging = reinterpret_cast<uint16_t*>(s.sq + plan::align16(kSqFloats));
-  float* few = s.sq + plan::align16(kSqFloats) + plan::align16(kStagingFloats);
-  s.few.a = reinterpret_cast<uint16_t*>(few);
-  s.few.b = reinterpret_cast<uint32_t*>(few + FewStaging::kAHalfwords / 2);
-  s.few.c = reinterpret_cast<float*>(s.few.b + 2 * 2 * 16 * kFewTokens);
-  s.few.row = reinterpret_cast<uint16_t*>(s.few.c + 16 * kFewTokens);
-  s.h_pre = few + plan::align16(kFewFloats);
+  s.row = reinterpret_cast<uint16_t*>(s.sq + plan::align16(kSqFloats) + plan::align16(kStagingFloats));
+  s.h_pre = s.sq + plan::align16(kSqFloats) + plan::align16(kStagingFloats) + plan::align16(kRowFloats);
   return s;
+}
+
+// The once-per-call operands: packed phi.gamma (more than kFewTokens tokens) or
+// the few tokens' m (computed by the preparation's parts, a share of the C tiles
+// each); then the parts' flags: [0] the number of parts, [1 + part] 1 when its
+// share of phi.gamma was finite.
+int64_t prepared_floats(const core::ForwardProblem& p) {
+  const Geometry g = geometry(p.dims, p.x.dtype);
+  return p.dims.T <= kFewTokens ? plan::align16(kFewTokens * g.m_stride()) : plan::align16(g.steps * g.step_dwords());
+}
+
+bool prepared_finite(const ForwardArgs& args) {
+  const float* flags = args.shared() + prepared_floats(*args.problem);
+  bool finite = true;
+  for (int i = 0; i < int(flags[0]); ++i) finite = finite && flags[1 + i] == 1.0f;
+  return finite;
 }
 
 }  // namespace
@@ -327,31 +354,33 @@ int64_t forward_item_tokens(const core::ForwardProblem& p) {
   return forward_uses_tiles(p) ? kItemTokens : plan::kTokensPerItem;
 }
 
-// Packed phi.gamma, then the preparation's flags: [0] the number of parts, [1 + part]
-// 1 when its share of phi.gamma was finite.
-int64_t packed_floats(const core::ForwardProblem& p) {
-  const Geometry g = geometry(p.dims, p.x.dtype);
-  return plan::align16(g.steps * g.step_dwords());
-}
-
 int64_t forward_shared_floats(const core::ForwardProblem& p) {
-  if (!forward_uses_tiles(p) || p.dims.T <= kFewTokens) return 0;
-  return packed_floats(p) + plan::align16(1 + kMaxPrepareParts);
+  if (!forward_uses_tiles(p) || p.dims.T == 0) return 0;
+  return prepared_floats(p) + plan::align16(1 + kMaxPrepareParts);
 }
 
 int64_t forward_scratch_floats(const core::Dims& d) {
   const int64_t own = plan::align16(kAccFloats) + plan::align16(kSqFloats) + plan::align16(kStagingFloats) +
-                      plan::align16(kFewFloats) + plan::align16(d.N);
+                      plan::align16(kRowFloats) + plan::align16(d.N);
   return std::max(own, simd::forward_scratch_floats(d));
 }
 
 void forward_prepare(const ForwardArgs& args, int64_t part, int64_t parts) {
   const core::ForwardProblem& p = *args.problem;
-  if (!forward_uses_tiles(p)) return;
   const Geometry g = geometry(p.dims, p.x.dtype);
-  const bool finite = pack_steps(p, g, g.steps * part / parts, g.steps * (part + 1) / parts,
-                                 reinterpret_cast<uint32_t*>(args.shared()));
-  float* flags = args.shared() + packed_floats(p);
+  bool finite = true;
+  if (p.dims.T <= kFewTokens) {  // this part's share of the C tiles, for every token
+    const int tile0 = int(g.f_tiles * part / parts), tile1 = int(g.f_tiles * (part + 1) / parts);
+    if (tile1 > tile0) {
+      FewStaging staging;  // 40 KiB on the worker's stack
+      XSource x{&p, false, 0, nullptr, nullptr};
+      finite = few_tokens(p, g, x, 0, p.dims.T, tile0, tile1 - tile0, args.shared(), staging);
+    }
+  } else {
+    finite = pack_steps(p, g, g.steps * part / parts, g.steps * (part + 1) / parts,
+                        reinterpret_cast<uint32_t*>(args.shared()));
+  }
+  float* flags = args.shared() + prepared_floats(p);
   flags[1 + part] = finite ? 1.0f : 0.0f;
   if (part == 0) flags[0] = float(parts);
 }
@@ -361,28 +390,29 @@ void forward_tokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker)
   if (!forward_uses_tiles(p)) return simd::forward_tokens(args, t0, t1, worker);
   const Geometry g = geometry(p.dims, p.x.dtype);
   const ItemScratch s = lay_out(args.scratch(worker));
-  std::memset(s.staging, 0, 4 * 16 * kStep * sizeof(uint16_t));  // rows past the item's tokens stay zero
+  // Padding rows start at zero; later they may hold earlier groups' rows, which
+  // reach only C rows past the item's tokens (a row of C depends on its row of A).
+  std::memset(s.staging, 0, 4 * 16 * kStep * sizeof(uint16_t));
   std::fill_n(s.sq, (t1 - t0) * 16, 0.0f);
-  XSource x{&p, false, 0, s.staging, s.few.row};
+  XSource x{&p, false, 0, s.staging, s.row};
   x.direct = x_direct(p.x, p.dims, &x.token_bytes);
-  bool phi_finite = true;
-  if (p.dims.T <= kFewTokens) {
-    phi_finite = few_tokens(p, g, x, t0, t1 - t0, s.acc, s.sq, s.few);
+  float* m = s.acc;
+  if (p.dims.T <= kFewTokens) {  // m from the preparation; the squares here
+    m = args.shared() + t0 * g.m_stride();
+    token_squares(g, x, t0, t1, s.row, s.sq);
   } else {
-    gemm(g, x, reinterpret_cast<const uint32_t*>(args.shared()), t0, t1, s.acc, s.sq);
-    const float* flags = args.shared() + packed_floats(p);
-    for (int i = 0; i < int(flags[0]); ++i) phi_finite = phi_finite && flags[1 + i] == 1.0f;
+    gemm(g, x, reinterpret_cast<const uint32_t*>(args.shared()), t0, t1, m, s.sq);
   }
-  // One product at a time where a zero bf16 part may meet Inf: x not finite (its
-  // sum of squares tells), or phi.gamma not finite with fp16 x (whose lo part is
-  // zero for x of 8 significant bits).
-  const bool all_scalar = !phi_finite && g.x_parts == 2;
+  // One product at a time, in SPEC's order, where a bf16 part that is exactly 0
+  // (or a bf16 x that the tiles flush to 0) may meet Inf: x not finite (its sum of
+  // squares tells), or phi.gamma not finite.
+  const bool all_scalar = !prepared_finite(args);
   for (int64_t t = t0; t < t1; ++t) {
     float lanes[16];
     std::copy_n(s.sq + (t - t0) * 16, 16, lanes);
-    if (all_scalar || !std::isfinite(fold16(lanes))) token_m_scalar(p, t, s.acc + (t - t0) * g.m_stride());
+    if (all_scalar || !std::isfinite(fold16(lanes))) token_m_scalar(p, t, m + (t - t0) * g.m_stride());
   }
-  simd::forward_finish_tokens(p, t0, t1, s.acc, g.m_stride(), s.sq, s.h_pre);
+  simd::forward_finish_tokens(p, t0, t1, m, g.m_stride(), s.sq, s.h_pre);
 }
 
 }  // namespace mhc::kernels::amx

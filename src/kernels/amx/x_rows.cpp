@@ -85,7 +85,7 @@ __attribute__((target("avx512f,avx512bw,f16c"))) void fp16_parts(const void* row
   for (int i = 0; i < 2; ++i) {
     const __m512i bits = _mm512_castps_si512(v[i]);
     const __mmask16 nonfinite = _mm512_cmpeq_epi32_mask(_mm512_and_si512(bits, exponent), exponent);
-    hi[i] = _mm512_castsi512_ps(_mm512_and_si512(bits, top));  // fp16 NaNs are quiet in fp32: stay NaN
+    hi[i] = _mm512_castsi512_ps(_mm512_and_si512(bits, top));  // (x not finite: token_m_scalar redoes m)
     lo[i] = _mm512_maskz_sub_ps(~nonfinite, v[i], hi[i]);
   }
   const __m512i high_halves = _mm512_load_si512(kHighHalves);

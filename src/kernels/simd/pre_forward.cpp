@@ -222,45 +222,15 @@ static void HInRow(const core::ForwardProblem& p, int64_t t, const float* h_pre)
   });
 }
 
-// sum(v^2) of token t in lanes over whole vectors of each stream, then the tails.
-static float SumSquares(const core::ForwardProblem& p, int64_t t) {
-  const core::Dims& d = p.dims;
-  const DF df;
-  const int64_t L = hn::Lanes(df), full = d.D / L * L, xs = p.x.stride[3];
-  VF sq = hn::Zero(df);
-  float tail = 0.0f;
-  WithDType(p.x.dtype, [&]<DType T>() {
-    for (int64_t n = 0; n < d.N; ++n) {
-      const int64_t x_at = p.x.at(t, n, 0);
-      int64_t j = 0;
-      if (xs == 1)
-        for (; j < full; j += L) {
-          const VF v = LoadT<T>(df, p.x.data, x_at + j);
-          sq = hn::MulAdd(v, v, sq);
-        }
-      for (; j < full; j += L) {
-        const VF v = LoadRow(df, p.x.data, T, x_at + j * xs, xs, L);
-        sq = hn::MulAdd(v, v, sq);
-      }
-      for (; j < d.D; ++j) {
-        const float v = p.x.load(x_at + j * xs);
-        tail += v * v;
-      }
-    }
-  });
-  return FoldLanes(df, sq) + tail;
-}
-
 // Tokens [t0, t1) whose m = phi.u another kernel formed (token t's m at
-// m + (t - t0) * m_stride, the 16 lanes of its sum(v^2) at sq_lanes + (t - t0) * 16,
-// or nullptr to sum here): the per-token outputs and h_in.
+// m + (t - t0) * m_stride, the 16 lanes of its sum(v^2) at sq_lanes + (t - t0) * 16):
+// the per-token outputs and h_in.
 void ForwardFinishTokens(const core::ForwardProblem& p, int64_t t0, int64_t t1, const float* m, int64_t m_stride,
                          const float* sq_lanes, float* h_pre) {
   for (int64_t t = t0; t < t1; ++t) {
     float lanes[16];
-    if (sq_lanes) std::copy_n(sq_lanes + (t - t0) * 16, 16, lanes);
-    const float sum_sq = sq_lanes ? fold16(lanes) : SumSquares(p, t);
-    forward_token_finish(p, t, sum_sq, m + (t - t0) * m_stride, h_pre);
+    std::copy_n(sq_lanes + (t - t0) * 16, 16, lanes);
+    forward_token_finish(p, t, fold16(lanes), m + (t - t0) * m_stride, h_pre);
     HInRow(p, t, h_pre);
   }
   hwy::FlushStream();  // HInRow's streaming stores, before the caller reads h_in

@@ -18,8 +18,8 @@ inline constexpr int64_t kStreamHInBytes = int64_t(8) << 20;
 int64_t forward_scratch_floats(const core::Dims& d);
 void forward_tokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker);
 // The forward after m = phi.u, for kernels that form m their own way (AMX):
-// per token sum(v^2) from 16 lanes folded in a fixed order (or, with sq_lanes
-// nullptr, by its own pass over x), the per-token outputs, and h_in.
+// per token sum(v^2) from 16 lanes folded in a fixed order, the per-token
+// outputs, and h_in.
 // h_pre: N floats of scratch.
 void forward_finish_tokens(const core::ForwardProblem& p, int64_t t0, int64_t t1, const float* m, int64_t m_stride,
                            const float* sq_lanes, float* h_pre);
