@@ -445,6 +445,25 @@ void expect_same_classes(const char* name, const Tensor& lib, const std::vector<
     }
 }
 
+// Every forward (backward) output's classes against the float64 reference's.
+void expect_forward_classes(const Operands& o) {
+  const mhc::reference::ForwardOutputs64 ref = mhc::reference::forward(forward64(o));
+  expect_same_classes("h_in", o.h_in, ref.h_in);
+  expect_same_classes("h_post", o.h_post, ref.h_post);
+  expect_same_classes("h_res", o.h_res, ref.h_res);
+  expect_same_classes("inv_rms", o.inv_rms, ref.inv_rms);
+  expect_same_classes("h_mix", o.h_mix, ref.h_mix);
+  expect_same_classes("h_pre", o.h_pre, ref.h_pre);
+}
+void expect_backward_classes(const Operands& o) {
+  const mhc::reference::BackwardOutputs64 ref = mhc::reference::backward(backward64(o));
+  expect_same_classes("grad_x", o.grad_x, ref.grad_x);
+  expect_same_classes("grad_phi", o.grad_phi, ref.grad_phi);
+  expect_same_classes("grad_alpha", o.grad_alpha, ref.grad_alpha);
+  expect_same_classes("grad_bias", o.grad_bias, ref.grad_bias);
+  expect_same_classes("grad_gamma", o.grad_gamma, ref.grad_gamma);
+}
+
 // Bits of token t of a per-token output (contiguous, T tokens).
 std::vector<uint32_t> token_bits(const Tensor& t, int64_t token, int64_t tokens) {
   const std::vector<uint32_t> all = t.raw();
@@ -474,24 +493,13 @@ TEST_P(NonFinite, PropagatesAsIeeeAndStaysInItsToken) {
       if (member(o, n).present()) std::memset(member(o, n).buffer.bytes(), kOutputFill, member(o, n).buffer.byte_size());
     const mhc::Status st = run_forward_with_caches(o);
     ASSERT_TRUE(st.ok()) << st.message();
-    const mhc::reference::ForwardOutputs64 ref = mhc::reference::forward(forward64(o));
-    expect_same_classes("h_in", o.h_in, ref.h_in);
-    expect_same_classes("h_post", o.h_post, ref.h_post);
-    expect_same_classes("h_res", o.h_res, ref.h_res);
-    expect_same_classes("inv_rms", o.inv_rms, ref.inv_rms);
-    expect_same_classes("h_mix", o.h_mix, ref.h_mix);
-    expect_same_classes("h_pre", o.h_pre, ref.h_pre);
+    expect_forward_classes(o);
   } else {
     for (const char* n : kBackwardOutputs)
       if (member(o, n).present()) std::memset(member(o, n).buffer.bytes(), kOutputFill, member(o, n).buffer.byte_size());
     const mhc::Status st = mhc::pre_backward(backward_inputs(o), backward_outputs(o), o.options);
     ASSERT_TRUE(st.ok()) << st.message();
-    const mhc::reference::BackwardOutputs64 ref = mhc::reference::backward(backward64(o));
-    expect_same_classes("grad_x", o.grad_x, ref.grad_x);
-    expect_same_classes("grad_phi", o.grad_phi, ref.grad_phi);
-    expect_same_classes("grad_alpha", o.grad_alpha, ref.grad_alpha);
-    expect_same_classes("grad_bias", o.grad_bias, ref.grad_bias);
-    expect_same_classes("grad_gamma", o.grad_gamma, ref.grad_gamma);
+    expect_backward_classes(o);
   }
   // A per-token input poisoned in one token: every other token's per-token outputs keep their bits.
   if (per_token(p.input)) {
@@ -541,21 +549,10 @@ TEST_P(NonFiniteShortOperands, PropagateAsIeee) {
   target.set(per_token(p.input) ? 2 * per + per / 2 : per / 3, p.value);
   if (p.forward) {
     ASSERT_TRUE(run_forward_with_caches(o).ok());
-    const mhc::reference::ForwardOutputs64 ref = mhc::reference::forward(forward64(o));
-    expect_same_classes("h_in", o.h_in, ref.h_in);
-    expect_same_classes("h_post", o.h_post, ref.h_post);
-    expect_same_classes("h_res", o.h_res, ref.h_res);
-    expect_same_classes("inv_rms", o.inv_rms, ref.inv_rms);
-    expect_same_classes("h_mix", o.h_mix, ref.h_mix);
-    expect_same_classes("h_pre", o.h_pre, ref.h_pre);
+    expect_forward_classes(o);
   } else {
     ASSERT_TRUE(mhc::pre_backward(backward_inputs(o), backward_outputs(o), o.options).ok());
-    const mhc::reference::BackwardOutputs64 ref = mhc::reference::backward(backward64(o));
-    expect_same_classes("grad_x", o.grad_x, ref.grad_x);
-    expect_same_classes("grad_phi", o.grad_phi, ref.grad_phi);
-    expect_same_classes("grad_alpha", o.grad_alpha, ref.grad_alpha);
-    expect_same_classes("grad_bias", o.grad_bias, ref.grad_bias);
-    expect_same_classes("grad_gamma", o.grad_gamma, ref.grad_gamma);
+    expect_backward_classes(o);
   }
   }
 }
@@ -586,12 +583,7 @@ TEST(NonFiniteEdges, SubnormalXTimesInfPhiAndPhiGammaOverflow) {
           o.gamma.set(k, 1e10);
         }
         ASSERT_TRUE(run_forward_with_caches(o).ok());
-        const mhc::reference::ForwardOutputs64 ref = mhc::reference::forward(forward64(o));
-        expect_same_classes("h_in", o.h_in, ref.h_in);
-        expect_same_classes("h_post", o.h_post, ref.h_post);
-        expect_same_classes("h_res", o.h_res, ref.h_res);
-        expect_same_classes("h_mix", o.h_mix, ref.h_mix);
-        expect_same_classes("h_pre", o.h_pre, ref.h_pre);
+        expect_forward_classes(o);
       }
 }
 

@@ -21,12 +21,7 @@
 #include <cstring>
 #include <utility>
 
-// GCC 12 warns inside its own AVX-512 headers (the _mm512_undefined_* they use).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
+#include "kernels/amx/intrinsics.hpp"
 
 #include "kernels/amx/amx.hpp"
 #include "kernels/amx/geometry.hpp"

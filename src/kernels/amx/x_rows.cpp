@@ -3,12 +3,7 @@
 
 #include <cstring>
 
-// GCC 12 warns inside its own AVX-512 headers (the _mm512_undefined_* they use).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <immintrin.h>
+#include "kernels/amx/intrinsics.hpp"
 
 namespace mhc::kernels::amx {
 
