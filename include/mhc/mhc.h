@@ -83,7 +83,7 @@ MHC_API int mhc_pre_backward(const mhc_tensor *x, const mhc_tensor *phi, const m
 MHC_API const char *mhc_last_error(void);
 MHC_API int mhc_last_error_kind(void);
 
-/* The kernel family in use: "avx512", "avx2", "portable" or "reference". */
+/* The kernel family in use: "amx", "avx512", "avx2", "portable" or "reference". */
 MHC_API const char *mhc_isa(void);
 MHC_API const char *mhc_version(void);
 

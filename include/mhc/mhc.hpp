@@ -126,7 +126,7 @@ struct PreBackwardOutputs {
 MHC_API Status pre_backward(const PreBackwardInputs& in, const PreBackwardOutputs& out,
                     const Options& options = {});
 
-// The kernel family chosen at run time ("avx512", "avx2", "portable", "reference");
+// The kernel family chosen at run time ("amx", "avx512", "avx2", "portable", "reference");
 // MHC_ISA in the environment forces one.
 MHC_API const char* isa();
 

@@ -68,7 +68,7 @@ struct Family {
 void backward_finish_columns(const BackwardArgs&, const plan::ColumnItem&);
 void backward_small_sums(const BackwardArgs&);
 
-// The family in use: MHC_ISA (avx512 | avx2 | portable | reference ...) or the best
+// The family in use: MHC_ISA (amx | avx512 | avx2 | portable | reference ...) or the best
 // the CPU runs. "reference" is not a Family: the operator layer runs the float64
 // reference whole.
 const Family* selected_family();
