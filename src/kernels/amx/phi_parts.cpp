@@ -28,8 +28,9 @@ void load_phi_gamma(const core::ForwardProblem& p, int64_t f, int64_t k0, float*
 
 // One fp32 vector split exactly into three bf16-valued fp32 vectors: each part the
 // truncation to 8 significant bits of what the previous ones left. Inf and NaN go
-// whole into hi (NaN made quiet so truncation cannot turn it into Inf).
-__attribute__((target("avx512f,avx512bw"))) inline void split3(__m512 v, __m512 parts[kParts]) {
+// whole into hi (NaN made quiet so truncation cannot turn it into Inf). Returns
+// the lanes that are not finite.
+__attribute__((target("avx512f,avx512bw"))) inline __mmask16 split3(__m512 v, __m512 parts[kParts]) {
   const __m512i top = _mm512_set1_epi32(int(0xffff0000u));
   const __m512i bits = _mm512_castps_si512(v);
   const __mmask16 nonfinite =
@@ -43,6 +44,7 @@ __attribute__((target("avx512f,avx512bw"))) inline void split3(__m512 v, __m512 
   parts[0] = _mm512_castsi512_ps(hi);
   parts[1] = mid;
   parts[2] = _mm512_sub_ps(rest, mid);  // at most 8 significant bits: exact in bf16
+  return nonfinite;
 }
 
 // rows[i] := column i of the 16 x 16 dword matrix whose rows were rows[i].
@@ -70,7 +72,6 @@ __attribute__((target("avx512f"))) inline void transpose16(__m512i rows[16]) {
   }
 }
 
-
 // Row f of phi.gamma, columns [k0, k0 + 32), in three bf16 parts of 32 columns each.
 // Returns false if one of them is not finite.
 __attribute__((target("avx512f,avx512bw"))) inline bool split_row(const core::ForwardProblem& p, int64_t f,
@@ -92,12 +93,7 @@ __attribute__((target("avx512f,avx512bw"))) inline bool split_row(const core::Fo
     lo = _mm512_load_ps(values), hi = _mm512_load_ps(values + 16);
   }
   __m512 first[kParts], second[kParts];
-  const __m512i exponent = _mm512_set1_epi32(0x7f800000);
-  const __mmask16 nonfinite =
-      _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(lo), exponent), exponent) |
-      _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(hi), exponent), exponent);
-  split3(lo, first);
-  split3(hi, second);
+  const __mmask16 nonfinite = split3(lo, first) | split3(hi, second);
   const __m512i high_halves = _mm512_load_si512(kHighHalves);
   for (int part = 0; part < kParts; ++part)
     parts[part] = _mm512_permutex2var_epi16(_mm512_castps_si512(first[part]), high_halves,

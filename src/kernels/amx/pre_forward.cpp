@@ -68,7 +68,7 @@ struct Group {
     // loads do not wait for the staging stores to reach L1.
     auto stage = [&](int64_t step) {
       uint16_t* staging = x.staging + (step & 1) * 2 * 16 * kStep;
-      x.stage_fp16(t, std::min<int64_t>(count, 16), step, staging, staging + 16 * kStep, x.row_staging, sq);
+      x.stage_fp16(t, std::min<int64_t>(count, 16), step, staging, staging + 16 * kStep, sq);
     };
     if constexpr (XP == 2) stage(s0);
     for (int64_t s = s0; s < s1; ++s) {
@@ -297,13 +297,6 @@ void token_squares(const Geometry& g, const XSource& x, int64_t t0, int64_t t1, 
     }
 }
 
-// bf16 x with F <= 96, fp16 x (two parts: one A tile more) with F <= 80.
-bool forward_uses_tiles_impl(const core::ForwardProblem& p) {
-  if (p.dims.K == 0) return false;
-  if (p.x.dtype == DType::bf16) return p.dims.F <= 16 * kMaxFTiles;
-  return p.x.dtype == DType::fp16 && p.dims.F <= 16 * (kMaxFTiles - 1);
-}
-
 // The worker's scratch for one item.
 struct ItemScratch {
   float* acc;          // [kItemTokens][m_stride] m, as the C tiles store it
@@ -343,7 +336,12 @@ bool prepared_finite(const ForwardArgs& args) {
 
 }  // namespace
 
-bool forward_uses_tiles(const core::ForwardProblem& p) { return forward_uses_tiles_impl(p); }
+// bf16 x with F <= 96, fp16 x (two parts: one A tile more) with F <= 80.
+bool forward_uses_tiles(const core::ForwardProblem& p) {
+  if (p.dims.K == 0) return false;
+  if (p.x.dtype == DType::bf16) return p.dims.F <= 16 * kMaxFTiles;
+  return p.x.dtype == DType::fp16 && p.dims.F <= 16 * (kMaxFTiles - 1);
+}
 
 int64_t forward_item_tokens(const core::ForwardProblem& p) {
   return forward_uses_tiles(p) ? kItemTokens : plan::kTokensPerItem;

@@ -31,8 +31,7 @@ std::pair<const void*, int64_t> XSource::source(int64_t t, int64_t count, int64_
   return {tile_staging, kStep * 2};
 }
 
-void XSource::stage_fp16(int64_t t, int64_t count, int64_t s, uint16_t* hi, uint16_t* lo, uint16_t* row_staging,
-                       float* sq) const {
+void XSource::stage_fp16(int64_t t, int64_t count, int64_t s, uint16_t* hi, uint16_t* lo, float* sq) const {
   for (int64_t i = 0; i < count; ++i) {
     const auto [row, stride] = source(t + i, 1, s, row_staging);
     (void)stride;

@@ -24,9 +24,8 @@ struct XSource {
   std::pair<const void*, int64_t> source(int64_t t, int64_t count, int64_t s, uint16_t* tile_staging) const;
 
   // fp16 x: tokens [t, t + count) at step s as rows of bf16 parts into hi and lo
-  // ([16][32] each), their squares into sq rows of 16.
-  void stage_fp16(int64_t t, int64_t count, int64_t s, uint16_t* hi, uint16_t* lo, uint16_t* row_staging,
-                  float* sq) const;
+  // ([16][32] each), their squares into sq rows of 16 (rows copied via row_staging).
+  void stage_fp16(int64_t t, int64_t count, int64_t s, uint16_t* hi, uint16_t* lo, float* sq) const;
 };
 
 // Whether x's tokens are at a uniform stride with each step's 32 columns contiguous (and that stride).
