@@ -1,10 +1,16 @@
 // The one file of mhc-bench that uses the library's internal headers (src/):
+//   - whether the library's AMX family runs here, and the tile peak probe written
+//     with its tile operations;
 //   - the workspace a call will use, asked of the operator layer (validate ->
 //     size), the same two calls the C++ face makes before it gets the workspace;
 //   - dropping the calling thread's reused workspace buffer (if this version of
 //     the library keeps one), so each shape's extra memory is measured from zero
 //     instead of from what an earlier, larger shape left behind.
+#include "kernels/kernels.hpp"
 #include "ops/operators.hpp"
+#if defined(MHC_WITH_AMX)
+#include "kernels/amx/tiles.hpp"
+#endif
 #include "operator_cases.hpp"
 #if __has_include("runtime/workspace.hpp")
 #include "runtime/workspace.hpp"
@@ -37,6 +43,34 @@ bool release_library_workspace() {
   return true;
 #else
   return false;  // this library allocates its workspace per call: nothing retained
+#endif
+}
+
+bool amx_tiles_usable() { return mhc::kernels::amx_family() != nullptr; }
+
+float amx_tile_chains(int64_t iterations) {
+#if defined(MHC_WITH_AMX)
+  namespace amx = mhc::kernels::amx;
+  amx::TileConfig config;
+  for (int i = 0; i < 6; ++i) config.rows[i] = 16, config.bytes_per_row[i] = 64;
+  alignas(64) static const uint16_t zeros[16 * 32] = {};  // the timing does not depend on values
+  alignas(64) float out[16 * 16];
+  amx::load_config(config);
+  amx::tile_zero<0>(), amx::tile_zero<1>(), amx::tile_zero<2>(), amx::tile_zero<3>();
+  amx::tile_load<4>(zeros, 64);
+  amx::tile_load<5>(zeros, 64);
+  for (int64_t i = 0; i < iterations; ++i) {
+    amx::tile_dpbf16ps<0, 4, 5>();
+    amx::tile_dpbf16ps<1, 4, 5>();
+    amx::tile_dpbf16ps<2, 4, 5>();
+    amx::tile_dpbf16ps<3, 4, 5>();
+  }
+  amx::tile_store<0>(out, 64);
+  amx::release_tiles();
+  return out[0];
+#else
+  (void)iterations;
+  return 0.0f;  // not called: amx_tiles_usable() is false without the AMX kernels
 #endif
 }
 

@@ -1,11 +1,10 @@
 // The FMA-peak and triad-bandwidth probes (see machine_probes.hpp).
 #include "machine_probes.hpp"
+#include "operator_cases.hpp"  // amx_tiles_usable, amx_tile_chains (library_internals.cpp)
 
-#include <cpuid.h>
 #include <immintrin.h>
 #include <pthread.h>
 #include <sched.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -97,43 +96,6 @@ __attribute__((target("avx2,fma"), noinline)) float fma_chains_avx2(int64_t iter
   float total = 0;
   for (float f : lanes) total += f;
   return total;
-}
-
-// ---- AMX-BF16 tile peak: 4 independent C tiles, A and B held in tiles ---------
-// For context beside the fp32 FMA peak: the AMX family's products run here. One
-// tdpbf16ps: 16 x 16 outputs x 32 bf16 pairs = 16384 FLOP.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-};
-
-bool amx_usable() {
-#if defined(__x86_64__) && defined(__linux__)
-  unsigned eax, ebx, ecx, edx;
-  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-  if (!(edx & (1u << 22)) || !(edx & (1u << 24))) return false;  // AMX-BF16, AMX-TILE
-  return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
-#else
-  return false;
-#endif
-}
-
-__attribute__((noinline)) float amx_chains(int64_t iterations) {
-  TileConfig config;
-  for (int i = 0; i < 6; ++i) config.rows[i] = 16, config.bytes_per_row[i] = 64;
-  alignas(64) static const uint16_t ones[16 * 32] = {};  // zeros: the timing does not depend on values
-  alignas(64) float out[16 * 16];
-  asm volatile("ldtilecfg %0" ::"m"(config));
-  asm volatile("tilezero %%tmm0\n\ttilezero %%tmm1\n\ttilezero %%tmm2\n\ttilezero %%tmm3" ::);
-  asm volatile("tileloadd (%0,%1,1), %%tmm4\n\ttileloadd (%0,%1,1), %%tmm5" ::"r"(ones), "r"(int64_t(64)) : "memory");
-  for (int64_t i = 0; i < iterations; ++i)
-    asm volatile(
-        "tdpbf16ps %%tmm5, %%tmm4, %%tmm0\n\ttdpbf16ps %%tmm5, %%tmm4, %%tmm1\n\t"
-        "tdpbf16ps %%tmm5, %%tmm4, %%tmm2\n\ttdpbf16ps %%tmm5, %%tmm4, %%tmm3" ::);
-  asm volatile("tilestored %%tmm0, (%0,%1,1)" ::"r"(out), "r"(int64_t(64)) : "memory");
-  asm volatile("tilerelease" ::: "memory");
-  return out[0];
 }
 
 struct FmaKernel {
@@ -230,8 +192,8 @@ MachineLimits probe_machine(int threads, int64_t array_mib) {
   std::vector<FmaKernel> kernels;
   if (m.has_avx512) kernels.push_back({"avx512", fma_chains_avx512, 2.0 * kAvx512Chains * 16});
   if (m.has_avx2_fma) kernels.push_back({"avx2", fma_chains_avx2, 2.0 * kAvx2Chains * 8});
-  m.has_amx_bf16 = amx_usable();
-  if (m.has_amx_bf16) kernels.push_back({"amx-bf16", amx_chains, 4.0 * 16 * 16 * 32 * 2});
+  m.has_amx_bf16 = amx_tiles_usable();
+  if (m.has_amx_bf16) kernels.push_back({"amx-bf16", amx_tile_chains, kAmxChainFlops});
   for (const auto& k : kernels)
     for (int t : thread_counts) m.fma_peaks.push_back({k.isa, t, measure_fma_gflops(k, t)});
 

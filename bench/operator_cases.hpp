@@ -88,4 +88,12 @@ int64_t expected_backward_workspace(const ShapeBuffers& b, int threads);
 // false if this library version keeps none (library_internals.cpp).
 bool release_library_workspace();
 
+// The AMX-BF16 tile peak probe (library_internals.cpp, with the library's tile
+// operations): whether the library runs its AMX family here (CPU, OS, and a build
+// whose assembler knows the instructions), and `iterations` rounds of four
+// independent tdpbf16ps of kAmxChainFlops flops in all.
+inline constexpr double kAmxChainFlops = 4.0 * 16 * 16 * 32 * 2;
+bool amx_tiles_usable();
+float amx_tile_chains(int64_t iterations);
+
 }  // namespace mhc_bench
