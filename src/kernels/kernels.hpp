@@ -24,10 +24,18 @@ struct BackwardArgs {
   const core::BackwardProblem* problem;
   const plan::BackwardPlan* plan;
   float* workspace;
+  int lane = 0;  // the lane (plan::kLanes) of the chunk being worked on
   float* scratch(int worker) const {
     return workspace + plan->off_scratch + worker * plan->scratch_per_worker;
   }
-  float* chunk_buffers() const { return workspace + plan->off_chunk; }
+  float* chunk_buffers() const { return workspace + plan->off_chunk + lane * plan->chunk_stride; }
+  // Running totals of a lane (by default this one's): sums of G v^T [F, K], of v * gu [K].
+  float* phi_total(int of_lane) const { return workspace + plan->off_phi_total + of_lane * plan->phi_total_stride; }
+  float* phi_total() const { return phi_total(lane); }
+  float* gamma_total(int of_lane) const {
+    return workspace + plan->off_gamma_total + of_lane * plan->gamma_total_stride;
+  }
+  float* gamma_total() const { return gamma_total(lane); }
 };
 
 // The prepare hooks are called with at most this many parts (the thread pool's cap).
@@ -51,7 +59,7 @@ struct Family {
   void (*backward_columns)(const BackwardArgs&, int64_t t0, int64_t t1, const plan::ColumnItem&, int worker);
   // Backward phase 3 (nullptr: none): grad_x of tokens [t0, t1) of the chunk at chunk0, row by row.
   void (*backward_rows)(const BackwardArgs&, int64_t chunk0, int64_t t0, int64_t t1, int worker);
-  // After the last chunk: grad_phi and grad_gamma of a column item from the running totals.
+  // After the last chunk: grad_phi and grad_gamma of a column item from the lanes' running totals.
   void (*backward_finish_columns)(const BackwardArgs&, const plan::ColumnItem&);
   // Optional forward hooks (nullptr: plan::kTokensPerItem tokens per item, nothing shared).
   // Tokens per forward item, from the dims and dtypes only (never from T's value

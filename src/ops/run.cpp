@@ -2,6 +2,7 @@
 // items on the thread pool in phases separated by barriers.
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "kernels/kernels.hpp"
@@ -80,8 +81,12 @@ Status run_forward(const core::ForwardProblem& problem, void* workspace, size_t 
 // Backward: for each chunk of tokens, phase 1 (per-token statistics, tokens
 // split over the workers), phase 2 (column items split over the workers) and,
 // for families that have it, phase 3 (grad_x row by row, tokens split over the
-// workers), with a barrier after each. The chunk's data stays in cache between
-// the phases; which worker does what never changes a result.
+// workers), with a barrier after each; the chunk's data stays in cache between
+// the phases. Chunks are dealt to plan.lanes lanes in turn; with two or more
+// workers the lanes run side by side, each on its own group of workers (lane l:
+// workers l, l + lanes, ...), so that one lane's memory-bound phases overlap the
+// other's column phase. Which worker does what never changes a result: a chunk's
+// sums go to its lane's totals in chunk order whatever the grouping.
 Status run_backward(const core::BackwardProblem& problem, void* workspace, size_t workspace_bytes,
                     int num_threads) {
   if (kernels::reference_selected()) {
@@ -95,32 +100,46 @@ Status run_backward(const core::BackwardProblem& problem, void* workspace, size_
   if (Status s = workspace_error(plan.workspace_bytes, workspace_bytes, workspace); !s.ok()) return s;
   const kernels::BackwardArgs args{&problem, &plan, static_cast<float*>(workspace)};
   const core::Dims& d = problem.dims;
-  float* totals = args.workspace + plan.off_phi_total;  // phi_total and gamma_total are adjacent
-  std::fill(totals, args.workspace + plan.off_gamma_total + d.K, 0.0f);
+  // Every lane's totals: the gamma totals follow the phi totals.
+  std::fill(args.phi_total(0), args.gamma_total(plan.lanes - 1) + d.K, 0.0f);
 
+  std::optional<runtime::Barrier> lane_barriers[plan::kLanes];
   runtime::parallel_region(plan.threads, [&](int worker, int workers, runtime::Barrier& barrier) {
+    const int lanes = plan.lanes;
+    const bool side_by_side = lanes > 1 && workers >= lanes;
+    const int groups = side_by_side ? lanes : 1;
+    const int group = worker % groups, rank = worker / groups;
+    auto group_size = [&](int g) { return (workers - g + groups - 1) / groups; };
+    if (worker == 0)
+      for (int g = 0; g < groups; ++g) lane_barriers[g].emplace(group_size(g));
+    barrier.arrive_and_wait();
+    runtime::Barrier& group_barrier = *lane_barriers[group];
+    const int members = group_size(group);
     auto share = [&](int64_t count, int64_t* begin, int64_t* end) {
-      *begin = count * worker / workers;
-      *end = count * (worker + 1) / workers;
+      *begin = count * rank / members;
+      *end = count * (rank + 1) / members;
     };
-    for (int64_t chunk = 0; chunk < plan.chunks; ++chunk) {
+    int64_t i0, i1;
+    share(plan.column_items, &i0, &i1);
+    for (int64_t chunk = group; chunk < plan.chunks; chunk += groups) {
+      kernels::BackwardArgs lane_args = args;
+      lane_args.lane = int(chunk % lanes);
       const int64_t c0 = chunk * plan::kTokensPerChunk, c1 = std::min(d.T, c0 + plan::kTokensPerChunk);
       int64_t t0, t1;
       share(c1 - c0, &t0, &t1);
-      if (t1 > t0) kernels.backward_token_stats(args, c0, c0 + t0, c0 + t1, worker);
-      barrier.arrive_and_wait();
-      int64_t i0, i1;
-      share(plan.column_items, &i0, &i1);
-      for (int64_t i = i0; i < i1; ++i) kernels.backward_columns(args, c0, c1, plan.column_item(i, d.D), worker);
-      barrier.arrive_and_wait();
+      if (t1 > t0) kernels.backward_token_stats(lane_args, c0, c0 + t0, c0 + t1, worker);
+      group_barrier.arrive_and_wait();
+      for (int64_t i = i0; i < i1; ++i)
+        kernels.backward_columns(lane_args, c0, c1, plan.column_item(i, d.D), worker);
+      group_barrier.arrive_and_wait();
       if (kernels.backward_rows) {
-        if (t1 > t0) kernels.backward_rows(args, c0, c0 + t0, c0 + t1, worker);
-        barrier.arrive_and_wait();
+        if (t1 > t0) kernels.backward_rows(lane_args, c0, c0 + t0, c0 + t1, worker);
+        group_barrier.arrive_and_wait();
       }
     }
-    int64_t i0, i1;
-    share(plan.column_items, &i0, &i1);
-    for (int64_t i = i0; i < i1; ++i) kernels.backward_finish_columns(args, plan.column_item(i, d.D));
+    barrier.arrive_and_wait();  // every lane's totals are complete
+    const int64_t f0 = plan.column_items * worker / workers, f1 = plan.column_items * (worker + 1) / workers;
+    for (int64_t i = f0; i < f1; ++i) kernels.backward_finish_columns(args, plan.column_item(i, d.D));
   });
   kernels::backward_small_sums(args);
   return {};

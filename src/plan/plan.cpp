@@ -33,13 +33,17 @@ BackwardPlan plan_backward(const core::BackwardProblem& p, int threads, int64_t 
   int64_t at = 0;
   auto region = [&](int64_t floats) { const int64_t o = at; at += align16(floats); return o; };
   plan.off_scratch = region(plan.threads * plan.scratch_per_worker);
-  plan.off_chunk = region(chunk_floats);
+  plan.lanes = int(std::clamp<int64_t>(plan.chunks, 1, kLanes));
+  plan.chunk_stride = align16(chunk_floats);
+  plan.off_chunk = region(plan.lanes * plan.chunk_stride);
   plan.off_G = region(d.T * d.F);
   plan.off_c = region(d.T);
   plan.off_gz = region(d.T * d.F);
   plan.off_alpha_terms = region(d.T * 3);
-  plan.off_phi_total = region(d.F * d.K);
-  plan.off_gamma_total = region(d.K);
+  plan.phi_total_stride = align16(d.F * d.K);
+  plan.gamma_total_stride = align16(d.K);
+  plan.off_phi_total = region(plan.lanes * plan.phi_total_stride);
+  plan.off_gamma_total = region(plan.lanes * plan.gamma_total_stride);
   plan.workspace_bytes = size_t(at) * 4;
   return plan;
 }

@@ -19,6 +19,13 @@ inline constexpr int64_t kTokensPerItem = 32;
 // chunk in fp32 and added into running totals, which keeps the rounding error
 // near (kTokensPerChunk + T / kTokensPerChunk) ulps instead of T ulps.
 inline constexpr int64_t kTokensPerChunk = 64;
+// Chunks are dealt to this many lanes in turn (chunk c to lane c % kLanes), each
+// with its own chunk buffers and running totals; grad_phi and grad_gamma are the
+// lanes' totals added in lane order. The lanes run at the same time on their own
+// workers, so one lane's memory-bound phases overlap another's compute-bound
+// column phase, and a chunk's data never crosses between lanes. A fixed count,
+// never the thread count: the sums' order depends on T only.
+inline constexpr int kLanes = 2;
 // Columns of one stream (a range of d for one n) per backward column item.
 inline constexpr int64_t kColumnsPerItem = 256;
 
@@ -43,18 +50,21 @@ struct ColumnItem {
 struct BackwardPlan {
   int threads = 1;
   int64_t chunks = 0;                 // ceil(T / kTokensPerChunk)
+  int lanes = 1;                      // min(kLanes, chunks)
   int64_t column_items_per_stream = 0;
   int64_t column_items = 0;           // N * column_items_per_stream
   int64_t scratch_per_worker = 0;     // floats, asked of the kernel family
   // offsets (floats) into the workspace
   int64_t off_scratch = 0;            // threads * scratch_per_worker
-  int64_t off_chunk = 0;              // buffers the workers share for one chunk
+  int64_t off_chunk = 0;              // [lanes] buffers the workers of a lane share for one chunk
+  int64_t chunk_stride = 0;           //   floats from one lane's buffers to the next
   int64_t off_G = 0;                  // [T, F]   dL/dm per token
   int64_t off_c = 0;                  // [T]      coefficient of the inv_rms term per token
   int64_t off_gz = 0;                 // [T, F]   dL/dz per token (for grad_bias)
   int64_t off_alpha_terms = 0;        // [T, 3]   per-token grad_alpha terms
-  int64_t off_phi_total = 0;          // [F, K]   running sum of G v^T
-  int64_t off_gamma_total = 0;        // [K]      running sum of v * gu
+  int64_t off_phi_total = 0;          // [lanes][F, K] running sums of G v^T
+  int64_t off_gamma_total = 0;        // [lanes][K]    running sums of v * gu (right after phi's)
+  int64_t phi_total_stride = 0, gamma_total_stride = 0;  // floats from one lane's totals to the next
   size_t workspace_bytes = 0;
 
   ColumnItem column_item(int64_t i, int64_t D) const {

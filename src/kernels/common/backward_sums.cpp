@@ -8,14 +8,20 @@ namespace mhc::kernels {
 void backward_finish_columns(const BackwardArgs& args, const plan::ColumnItem& item) {
   const core::BackwardProblem& p = *args.problem;
   const core::Dims& d = p.dims;
-  const float* phi_total = args.workspace + args.plan->off_phi_total;
-  const float* gamma_total = args.workspace + args.plan->off_gamma_total;
+  const int lanes = args.plan->lanes;
   for (int64_t j = item.d0; j < item.d1; ++j) {
     const int64_t k = item.n * d.D + j;
     const float gamma = p.gamma.present() ? p.gamma.load(p.gamma.at(item.n, j)) : 1.0f;
-    for (int64_t f = 0; f < d.F; ++f)  // grad_phi = P * gamma, P = sum_t G_t v_t^T
-      p.grad_phi.store(p.grad_phi.at(f, k), phi_total[f * d.K + k] * gamma);
-    if (p.grad_gamma.present()) p.grad_gamma.store(p.grad_gamma.at(item.n, j), gamma_total[k]);
+    for (int64_t f = 0; f < d.F; ++f) {  // grad_phi = P * gamma, P = sum_t G_t v_t^T (the lanes' totals, in lane order)
+      float P = args.phi_total(0)[f * d.K + k];
+      for (int lane = 1; lane < lanes; ++lane) P += args.phi_total(lane)[f * d.K + k];
+      p.grad_phi.store(p.grad_phi.at(f, k), P * gamma);
+    }
+    if (p.grad_gamma.present()) {
+      float total = args.gamma_total(0)[k];
+      for (int lane = 1; lane < lanes; ++lane) total += args.gamma_total(lane)[k];
+      p.grad_gamma.store(p.grad_gamma.at(item.n, j), total);
+    }
   }
 }
 

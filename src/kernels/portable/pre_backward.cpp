@@ -34,8 +34,8 @@ void backward_columns(const BackwardArgs& args, int64_t t0, int64_t t1, const pl
   const int64_t width = item.d1 - item.d0, k0 = item.n * d.D + item.d0;  // <= kColumnsPerItem
   const float* G_all = args.workspace + plan.off_G;
   const float* c_all = args.workspace + plan.off_c;
-  float* phi_total = args.workspace + plan.off_phi_total;
-  float* gamma_total = args.workspace + plan.off_gamma_total;
+  float* phi_total = args.phi_total();
+  float* gamma_total = args.gamma_total();
   // This chunk's sums, [F][width] and [width], in the worker's scratch.
   float* phi_partial = args.scratch(worker);
   float* gamma_partial = phi_partial + d.F * width;

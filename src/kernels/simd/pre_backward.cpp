@@ -209,8 +209,8 @@ void BackwardColumns(const BackwardArgs& args, int64_t t0, int64_t t1, const pla
   float* phi_padded = args.scratch(worker);  // [kBlockRows][L]
   const float* G_chunk = args.workspace + plan.off_G + t0 * d.F;
   const float* c_chunk = args.workspace + plan.off_c + t0;
-  float* phi_total = args.workspace + plan.off_phi_total;
-  float* gamma_total = args.workspace + plan.off_gamma_total;
+  float* phi_total = args.phi_total();
+  float* gamma_total = args.gamma_total();
   const float* phi = static_cast<const float*>(p.phi.data);
   const int64_t phi_cs = p.phi.stride[3];  // column stride of phi
 
@@ -293,25 +293,32 @@ void BackwardRows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t 
   if (stream) hwy::FlushStream();
 }
 
-// grad_phi = P * gamma and grad_gamma from the running totals, a vector at a time.
+// grad_phi = P * gamma and grad_gamma, P and grad_gamma being the lanes' running
+// totals added in lane order, a vector at a time.
 void BackwardFinishColumns(const BackwardArgs& args, const plan::ColumnItem& item) {
   const core::BackwardProblem& p = *args.problem;
   const core::Dims& d = p.dims;
   const DF df;
   const int64_t L = hn::Lanes(df);
-  const float* phi_total = args.workspace + args.plan->off_phi_total;
-  const float* gamma_total = args.workspace + args.plan->off_gamma_total;
+  const int lanes = args.plan->lanes;
   const int64_t gs = p.gamma.stride[3], out_cs = p.grad_phi.stride[3];
+  auto lane_sum = [&](auto total_of, int64_t at, int64_t width) {
+    VF sum = LoadRow(df, total_of(0), DType::fp32, at, 1, width);
+    for (int lane = 1; lane < lanes; ++lane) sum = hn::Add(sum, LoadRow(df, total_of(lane), DType::fp32, at, 1, width));
+    return sum;
+  };
+  auto phi_total = [&](int lane) { return args.phi_total(lane); };
+  auto gamma_total = [&](int lane) { return args.gamma_total(lane); };
   for (int64_t j = item.d0; j < item.d1; j += L) {
     const int64_t width = std::min(L, item.d1 - j), k = item.n * d.D + j;
     const VF gamma = p.gamma.present() ? LoadRow(df, p.gamma.data, DType::fp32, p.gamma.at(item.n, j), gs, width)
                                        : hn::Set(df, 1.0f);
     for (int64_t f = 0; f < d.F; ++f)
-      StoreRow(df, hn::Mul(LoadRow(df, phi_total, DType::fp32, f * d.K + k, 1, width), gamma), p.grad_phi.data,
-               DType::fp32, p.grad_phi.at(f, k), out_cs, width);
+      StoreRow(df, hn::Mul(lane_sum(phi_total, f * d.K + k, width), gamma), p.grad_phi.data, DType::fp32,
+               p.grad_phi.at(f, k), out_cs, width);
     if (p.grad_gamma.present())
-      StoreRow(df, LoadRow(df, gamma_total, DType::fp32, k, 1, width), p.grad_gamma.data, DType::fp32,
-               p.grad_gamma.at(item.n, j), p.grad_gamma.stride[3], width);
+      StoreRow(df, lane_sum(gamma_total, k, width), p.grad_gamma.data, DType::fp32, p.grad_gamma.at(item.n, j),
+               p.grad_gamma.stride[3], width);
   }
 }
 

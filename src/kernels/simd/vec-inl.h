@@ -175,12 +175,26 @@ HWY_INLINE void PrefetchLine(const void* p) {
 #endif
 }
 
-// Sum of the lanes, folded by the same fixed tree as the portable kernels.
+// Sum of the lanes, folded by the same fixed tree as the portable kernels
+// (fold16: upper half onto lower half until one lane is left), in registers.
+template <class D>
+HWY_INLINE float FoldHalves(D d, hn::VFromD<D> v) {
+#if HWY_TARGET == HWY_SCALAR  // one lane, and no UpperHalf
+  (void)d;
+  return hn::GetLane(v);
+#else
+  if constexpr (hn::MaxLanes(D()) == 1) {
+    return hn::GetLane(v);
+  } else {
+    const hn::Half<D> dh;
+    return FoldHalves(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)));
+  }
+#endif
+}
+
 HWY_INLINE float FoldLanes(DF df, VF v) {
-  HWY_ALIGN float lanes[16] = {};
   static_assert(hn::MaxLanes(DF()) <= 16, "lane fold assumes at most 16 fp32 lanes");
-  hn::Store(v, df, lanes);
-  return fold16(lanes);
+  return FoldHalves(df, v);
 }
 
 }  // namespace mhc::kernels::simd::HWY_NAMESPACE
