@@ -9,7 +9,7 @@
 //              gu = phi^T G accumulates in the gu tile, and the last block of rows
 //              leaves y = gamma*gu + c*v there and adds the chunk's sums of v*gu;
 //  3. rows:    grad_x = h_pre*grad_h_in + y + grad_x_post of each token, in order.
-// The tiles are shared by the workers; which worker does what never changes a bit.
+// A lane's tiles are shared by its workers; which worker does what never changes a bit.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/pre_backward.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
