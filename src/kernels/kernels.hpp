@@ -49,7 +49,7 @@ struct Family {
   // Forward: every per-token output of tokens [t0, t1).
   void (*forward_tokens)(const ForwardArgs&, int64_t t0, int64_t t1, int worker);
   // Floats of the buffers shared by the workers for one chunk of tokens (may be 0).
-  int64_t (*backward_chunk_floats)(const core::Dims&);
+  int64_t (*backward_chunk_floats)(const core::BackwardProblem&);
   // Backward phase 1: per-token G, c, gz and grad_alpha terms of tokens [t0, t1)
   // (which lie in the chunk starting at chunk0).
   void (*backward_token_stats)(const BackwardArgs&, int64_t chunk0, int64_t t0, int64_t t1, int worker);

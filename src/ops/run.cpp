@@ -53,7 +53,7 @@ size_t backward_workspace_bytes(const core::BackwardProblem& problem, int num_th
   if (kernels::reference_selected()) return 0;
   const kernels::Family& kernels = family();
   return plan::plan_backward(problem, resolve_threads(num_threads), kernels.backward_scratch_floats(problem.dims),
-                             kernels.backward_chunk_floats(problem.dims)).workspace_bytes;
+                             kernels.backward_chunk_floats(problem)).workspace_bytes;
 }
 
 Status run_forward(const core::ForwardProblem& problem, void* workspace, size_t workspace_bytes,
@@ -96,7 +96,7 @@ Status run_backward(const core::BackwardProblem& problem, void* workspace, size_
   const kernels::Family& kernels = family();
   const plan::BackwardPlan plan =
       plan::plan_backward(problem, resolve_threads(num_threads), kernels.backward_scratch_floats(problem.dims),
-                          kernels.backward_chunk_floats(problem.dims));
+                          kernels.backward_chunk_floats(problem));
   if (Status s = workspace_error(plan.workspace_bytes, workspace_bytes, workspace); !s.ok()) return s;
   const kernels::BackwardArgs args{&problem, &plan, static_cast<float*>(workspace)};
   const core::Dims& d = problem.dims;

@@ -23,7 +23,7 @@ const Family* portable_family() {
                                 portable::forward_scratch_floats,
                                 portable::backward_scratch_floats,
                                 portable::forward_tokens,
-                                [](const core::Dims&) -> int64_t { return 0; },
+                                [](const core::BackwardProblem&) -> int64_t { return 0; },
                                 portable::backward_token_stats,
                                 portable::backward_columns,
                                 nullptr,

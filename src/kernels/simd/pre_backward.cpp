@@ -44,7 +44,7 @@ constexpr int64_t kBlockFloats = plan::kTokensPerChunk * kTokenFloats;
 
 struct Tiles {
   int64_t L, blocks_per_stream;
-  int64_t v_row;  // elements of a token's row in the v tile: the item's columns and a cache line
+  int64_t v_row;  // elements of a token's row in the v tile (VRow)
   char* v;        // in x's dtype
   float* gu;      // gu, then y = gamma*gu + c*v
   // The element offset in v, and the address in gu, of strip s (counted in stream n) of the chunk's token t.
@@ -58,19 +58,29 @@ struct Tiles {
   }
 };
 
-static int64_t TileFloats(const core::Dims& d) {  // the v tile is sized for fp32 x, the widest
-  return d.N * plan::ceil_div(d.D, plan::kColumnsPerItem) * kBlockFloats + 16;  // + a line between v and gu
+// Elements of a token's row of the v tile: the item's columns and a cache line.
+static int64_t VRow(int64_t element_bytes) { return plan::kColumnsPerItem + 64 / element_bytes; }
+
+// Floats of the v tile (x's dtype), with a line after it, then of the gu tile.
+static int64_t VTileFloats(const core::Dims& d, int64_t element_bytes) {
+  const int64_t blocks = d.N * plan::ceil_div(d.D, plan::kColumnsPerItem);
+  return plan::align16(plan::ceil_div(blocks * plan::kTokensPerChunk * VRow(element_bytes) * element_bytes, 4)) + 16;
+}
+static int64_t GuTileFloats(const core::Dims& d) {
+  return d.N * plan::ceil_div(d.D, plan::kColumnsPerItem) * kBlockFloats;
 }
 
 static Tiles TilesOf(const BackwardArgs& args) {
   const core::Dims& d = args.problem->dims;
   float* base = args.chunk_buffers();
   const int64_t element_bytes = core::element_size(args.problem->x.dtype);
-  return {int64_t(hn::Lanes(DF())), plan::ceil_div(d.D, plan::kColumnsPerItem),
-          plan::kColumnsPerItem + 64 / element_bytes, reinterpret_cast<char*>(base), base + TileFloats(d)};
+  return {int64_t(hn::Lanes(DF())), plan::ceil_div(d.D, plan::kColumnsPerItem), VRow(element_bytes),
+          reinterpret_cast<char*>(base), base + VTileFloats(d, element_bytes)};
 }
 
-int64_t BackwardChunkFloats(const core::Dims& d) { return 2 * TileFloats(d); }
+int64_t BackwardChunkFloats(const core::BackwardProblem& p) {
+  return VTileFloats(p.dims, core::element_size(p.x.dtype)) + GuTileFloats(p.dims);
+}
 
 int64_t BackwardScratchFloats(const core::Dims& d) {
   return kBlockRows * hn::Lanes(DF()) + plan::align16(d.N);  // zero-padded phi block; g_pre
@@ -333,7 +343,7 @@ HWY_EXPORT(BackwardTokenStats);
 HWY_EXPORT(BackwardColumns);
 HWY_EXPORT(BackwardRows);
 HWY_EXPORT(BackwardFinishColumns);
-int64_t backward_chunk_floats(const core::Dims& d) { return HWY_DYNAMIC_DISPATCH(BackwardChunkFloats)(d); }
+int64_t backward_chunk_floats(const core::BackwardProblem& p) { return HWY_DYNAMIC_DISPATCH(BackwardChunkFloats)(p); }
 int64_t backward_scratch_floats(const core::Dims& d) { return HWY_DYNAMIC_DISPATCH(BackwardScratchFloats)(d); }
 void backward_token_stats(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t t1, int worker) {
   HWY_DYNAMIC_DISPATCH(BackwardTokenStats)(args, chunk0, t0, t1, worker);

@@ -24,7 +24,7 @@ void forward_tokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker)
 void forward_finish_tokens(const core::ForwardProblem& p, int64_t t0, int64_t t1, const float* m, int64_t m_stride,
                            const float* sq_lanes, float* h_pre);
 int64_t backward_scratch_floats(const core::Dims& d);
-int64_t backward_chunk_floats(const core::Dims& d);
+int64_t backward_chunk_floats(const core::BackwardProblem& p);
 void backward_token_stats(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t t1, int worker);
 void backward_columns(const BackwardArgs& args, int64_t t0, int64_t t1, const plan::ColumnItem& item,
                       int worker);
