@@ -61,14 +61,15 @@ struct Tiles {
 // Elements of a token's row of the v tile: the item's columns and a cache line.
 static int64_t VRow(int64_t element_bytes) { return plan::kColumnsPerItem + 64 / element_bytes; }
 
+// Blocks of each tile: one per column item.
+static int64_t TileBlocks(const core::Dims& d) { return d.N * plan::ceil_div(d.D, plan::kColumnsPerItem); }
+
 // Floats of the v tile (x's dtype), with a line after it, then of the gu tile.
 static int64_t VTileFloats(const core::Dims& d, int64_t element_bytes) {
-  const int64_t blocks = d.N * plan::ceil_div(d.D, plan::kColumnsPerItem);
-  return plan::align16(plan::ceil_div(blocks * plan::kTokensPerChunk * VRow(element_bytes) * element_bytes, 4)) + 16;
+  return plan::align16(plan::ceil_div(TileBlocks(d) * plan::kTokensPerChunk * VRow(element_bytes) * element_bytes, 4)) +
+         16;
 }
-static int64_t GuTileFloats(const core::Dims& d) {
-  return d.N * plan::ceil_div(d.D, plan::kColumnsPerItem) * kBlockFloats;
-}
+static int64_t GuTileFloats(const core::Dims& d) { return TileBlocks(d) * kBlockFloats; }
 
 static Tiles TilesOf(const BackwardArgs& args) {
   const core::Dims& d = args.problem->dims;
@@ -310,25 +311,25 @@ void BackwardFinishColumns(const BackwardArgs& args, const plan::ColumnItem& ite
   const core::Dims& d = p.dims;
   const DF df;
   const int64_t L = hn::Lanes(df);
-  const int lanes = args.plan->lanes;
+  const plan::BackwardPlan& plan = *args.plan;
   const int64_t gs = p.gamma.stride[3], out_cs = p.grad_phi.stride[3];
-  auto lane_sum = [&](auto total_of, int64_t at, int64_t width) {
-    VF sum = LoadRow(df, total_of(0), DType::fp32, at, 1, width);
-    for (int lane = 1; lane < lanes; ++lane) sum = hn::Add(sum, LoadRow(df, total_of(lane), DType::fp32, at, 1, width));
+  // Element `at` of every lane's totals (lane 0's at `first`, the next lane_stride floats on), in lane order.
+  auto lane_sum = [&](const float* first, int64_t lane_stride, int64_t at, int64_t width) {
+    VF sum = LoadRow(df, first, DType::fp32, at, 1, width);
+    for (int lane = 1; lane < plan.lanes; ++lane)
+      sum = hn::Add(sum, LoadRow(df, first + lane * lane_stride, DType::fp32, at, 1, width));
     return sum;
   };
-  auto phi_total = [&](int lane) { return args.phi_total(lane); };
-  auto gamma_total = [&](int lane) { return args.gamma_total(lane); };
   for (int64_t j = item.d0; j < item.d1; j += L) {
     const int64_t width = std::min(L, item.d1 - j), k = item.n * d.D + j;
     const VF gamma = p.gamma.present() ? LoadRow(df, p.gamma.data, DType::fp32, p.gamma.at(item.n, j), gs, width)
                                        : hn::Set(df, 1.0f);
     for (int64_t f = 0; f < d.F; ++f)
-      StoreRow(df, hn::Mul(lane_sum(phi_total, f * d.K + k, width), gamma), p.grad_phi.data, DType::fp32,
-               p.grad_phi.at(f, k), out_cs, width);
+      StoreRow(df, hn::Mul(lane_sum(args.phi_total(0), plan.phi_total_stride, f * d.K + k, width), gamma),
+               p.grad_phi.data, DType::fp32, p.grad_phi.at(f, k), out_cs, width);
     if (p.grad_gamma.present())
-      StoreRow(df, lane_sum(gamma_total, k, width), p.grad_gamma.data, DType::fp32, p.grad_gamma.at(item.n, j),
-               p.grad_gamma.stride[3], width);
+      StoreRow(df, lane_sum(args.gamma_total(0), plan.gamma_total_stride, k, width), p.grad_gamma.data, DType::fp32,
+               p.grad_gamma.at(item.n, j), p.grad_gamma.stride[3], width);
   }
 }
 
