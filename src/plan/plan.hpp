@@ -11,9 +11,11 @@
 
 namespace mhc::plan {
 
-// Tokens per forward work item (32: more items for the workers to share, and the
-// item's x stays in L2 for the h_in pass; measured against 64, d 0.93 -> 0.84 ms).
-inline constexpr int64_t kTokensPerItem = 32;
+// Tokens per forward work item of the SIMD and portable families: each item reads
+// all of phi once, so longer items read it less often; its u chunk (64 x 8 KiB)
+// still stays in L2. 64 against 32, with phi's blocks copied to L1
+// (pre_forward.cpp), at a: avx2 35.3 -> 32.0 ms, avx512 25.7 -> 24.8; d within noise.
+inline constexpr int64_t kTokensPerItem = 64;
 // Backward tokens are processed in chunks: per-token statistics of a chunk, then
 // its column work. The sums over tokens (grad_phi, grad_gamma) are formed per
 // chunk in fp32 and added into running totals, which keeps the rounding error
