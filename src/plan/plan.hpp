@@ -13,8 +13,8 @@ namespace mhc::plan {
 
 // Tokens per forward work item of the SIMD and portable families: each item reads
 // all of phi once, so longer items read it less often; its u chunk (64 x 8 KiB)
-// still stays in L2. 64 against 32, with phi's blocks copied to L1
-// (pre_forward.cpp), at a: avx2 35.3 -> 32.0 ms, avx512 25.7 -> 24.8; d within noise.
+// still stays in L2. 64 against 32, with phi's blocks copied to L1 (mhc-bench,
+// avx512): c 32.8-33.5 -> 29.9-30.2 ms, d 0.79-0.81 -> 0.75-0.79, a within noise.
 inline constexpr int64_t kTokensPerItem = 64;
 // Backward tokens are processed in chunks: per-token statistics of a chunk, then
 // its column work. The sums over tokens (grad_phi, grad_gamma) are formed per

@@ -30,7 +30,8 @@ constexpr int64_t kURowFloats = kChunkColumns + 16;
 // Columns per block of phi's copy, and the copy's row stride (padded as u's).
 // phi's own rows are K floats apart, a multiple of 4 KiB for the usual K: read in
 // place, every row's line sits in one L1 set and each tile fetches them from L2
-// again (measured at a: avx512 27.6 -> 24.1 ms, avx2 38.4 -> 32.0, with 64-token items).
+// again (mhc-bench, with 64-token items: a avx512 24.6-26.8 -> 23.2-23.4 ms, avx2
+// 35.2-35.8 -> 31.6-32.8; c and d within noise).
 constexpr int64_t kBlockColumns = 256, kBlockStride = kBlockColumns + 16;
 
 // Register blocking: accumulators kTileTokens x kTileRows, plus the u vectors and one phi row.
