@@ -120,34 +120,12 @@ static void CastChunk(const core::ForwardProblem& p, int64_t t, int64_t t_ahead,
   *sq_tail = tail;
 }
 
-// The x rows of the item's next chunk of columns, asked of L2 a line at a time by
-// the compute-bound tiles of the current chunk, so that the cast of the next
-// chunk finds them there (unit-stride x only).
-class ChunkPrefetcher {
- public:
-  ChunkPrefetcher() = default;
-  ChunkPrefetcher(const core::Strided& x, int64_t D, int64_t t0, int64_t t1, int64_t k0, int64_t k1)
-      : x_(&x), esize_(core::element_size(x.dtype)), line_elements_(64 / esize_), D_(D), t_(t0), t_end_(x.stride[3] == 1 ? t1 : t0),
-        k0_(k0), k1_(k1), n_(k0 / D), j_(k0 % D) {}
-  HWY_INLINE void Step() {
-    if (t_ >= t_end_) return;
-    PrefetchLine<1>(static_cast<const char*>(x_->data) + x_->at(t_, n_, j_) * esize_);
-    j_ += line_elements_;
-    if (n_ * D_ + j_ >= k1_) ++t_, n_ = k0_ / D_, j_ = k0_ % D_;
-    else if (j_ >= D_) ++n_, j_ = 0;
-  }
-
- private:
-  const core::Strided* x_ = nullptr;
-  int64_t esize_ = 2, line_elements_ = 32, D_ = 1, t_ = 0, t_end_ = 0, k0_ = 0, k1_ = 0, n_ = 0, j_ = 0;
-};
-
 // acc[t][f] += u[t] . phi[f] over `vectors` column vectors, for a tile of TT
 // tokens x TR rows: u's rows kURowFloats apart, phi's w_stride, the
 // accumulators' acc_stride.
 template <int TT, int TR>
 HWY_INLINE void Tile(const float* u, const float* phi, int64_t w_stride, int64_t vectors, float* acc_rows,
-                     int64_t acc_stride, ChunkPrefetcher& prefetcher) {
+                     int64_t acc_stride) {
   const DF df;
   const int64_t L = hn::Lanes(df);
   VF acc[TT][TR];
@@ -156,7 +134,6 @@ HWY_INLINE void Tile(const float* u, const float* phi, int64_t w_stride, int64_t
 #pragma GCC unroll 8
     for (int f = 0; f < TR; ++f) acc[t][f] = hn::Load(df, acc_rows + t * acc_stride + f * L);
   for (int64_t i = 0; i < vectors; ++i) {
-    if (i & 1) prefetcher.Step();
     VF uv[TT];
 #pragma GCC unroll 8
     for (int t = 0; t < TT; ++t) uv[t] = hn::Load(df, u + t * kURowFloats + i * L);
@@ -178,38 +155,38 @@ HWY_INLINE void Tile(const float* u, const float* phi, int64_t w_stride, int64_t
 
 template <int TT>
 HWY_INLINE void TileRows(int rows, const float* u, const float* phi, int64_t w_stride, int64_t vectors, float* acc,
-                         int64_t acc_stride, ChunkPrefetcher& pf) {
+                         int64_t acc_stride) {
   switch (rows) {
-    case 1: return Tile<TT, 1>(u, phi, w_stride, vectors, acc, acc_stride, pf);
-    case 2: return Tile<TT, 2>(u, phi, w_stride, vectors, acc, acc_stride, pf);
-    case 3: return Tile<TT, 3>(u, phi, w_stride, vectors, acc, acc_stride, pf);
-    case 4: return Tile<TT, 4>(u, phi, w_stride, vectors, acc, acc_stride, pf);
-    case 5: return Tile<TT, 5>(u, phi, w_stride, vectors, acc, acc_stride, pf);
-    default: return Tile<TT, kTileRows>(u, phi, w_stride, vectors, acc, acc_stride, pf);
+    case 1: return Tile<TT, 1>(u, phi, w_stride, vectors, acc, acc_stride);
+    case 2: return Tile<TT, 2>(u, phi, w_stride, vectors, acc, acc_stride);
+    case 3: return Tile<TT, 3>(u, phi, w_stride, vectors, acc, acc_stride);
+    case 4: return Tile<TT, 4>(u, phi, w_stride, vectors, acc, acc_stride);
+    case 5: return Tile<TT, 5>(u, phi, w_stride, vectors, acc, acc_stride);
+    default: return Tile<TT, kTileRows>(u, phi, w_stride, vectors, acc, acc_stride);
   }
 }
 
 static void RunTile(int tokens, int rows, const float* u, const float* phi, int64_t w_stride, int64_t vectors,
-                    float* acc, int64_t acc_stride, ChunkPrefetcher& pf) {
+                    float* acc, int64_t acc_stride) {
   static_assert(kTileTokens == 2 || kTileTokens == 4, "tile dispatch covers 1..4 tokens");
   switch (tokens) {
-    case 1: return TileRows<1>(rows, u, phi, w_stride, vectors, acc, acc_stride, pf);
-    case 2: return TileRows<2>(rows, u, phi, w_stride, vectors, acc, acc_stride, pf);
-    case 3: return TileRows<3>(rows, u, phi, w_stride, vectors, acc, acc_stride, pf);
-    default: return TileRows<4>(rows, u, phi, w_stride, vectors, acc, acc_stride, pf);
+    case 1: return TileRows<1>(rows, u, phi, w_stride, vectors, acc, acc_stride);
+    case 2: return TileRows<2>(rows, u, phi, w_stride, vectors, acc, acc_stride);
+    case 3: return TileRows<3>(rows, u, phi, w_stride, vectors, acc, acc_stride);
+    default: return TileRows<4>(rows, u, phi, w_stride, vectors, acc, acc_stride);
   }
 }
 
 // Every tile of the item (tokens x rows) over `vectors` column vectors from u's
 // column `column` (relative to the chunk) and phi's rows at w (w_stride apart).
 static void RunTiles(const ForwardScratch& s, int64_t tokens, int64_t rows, int64_t column, const float* w,
-                     int64_t w_stride, int64_t vectors, ChunkPrefetcher& pf) {
+                     int64_t w_stride, int64_t vectors) {
   const int64_t L = hn::Lanes(DF());
   for (int64_t tt = 0; tt < tokens; tt += kTileTokens)
     for (int64_t fr = 0; fr < rows; fr += kTileRows)
       RunTile(int(std::min<int64_t>(kTileTokens, tokens - tt)), int(std::min<int64_t>(kTileRows, rows - fr)),
               s.u + tt * kURowFloats + column, w + fr * w_stride, w_stride, vectors, s.acc + (tt * rows + fr) * L,
-              rows * L, pf);
+              rows * L);
 }
 
 // h_in = sum_n h_pre[n] v[n], n ascending, for token t.
@@ -283,8 +260,11 @@ void ForwardTokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) 
         CastChunk(p, t0 + t, t + kCastAhead < tokens ? t0 + t + kCastAhead : -1, k0, k1, k_end,
                   s.u + t * kURowFloats, s.sum_sq + t * L, s.sum_sq + tokens * L + t, f0 == 0);
       const int64_t full_end = std::min(k_end, K_full);  // columns read from phi (or its copy)
-      ChunkPrefetcher prefetcher;
-      if (k_end < d.K) prefetcher = ChunkPrefetcher(p.x, d.D, t0, t1, k_end, std::min(d.K, k_end + kChunkColumns));
+      // (The next chunk's x is left to the hardware prefetchers and the cast's own
+      // prefetch: asking for it a line at a time from the tiles' inner loop, as
+      // before, cost more than it saved once phi came from L1: mhc-bench, avx2 a
+      // 35.1-35.5 -> 32.1-32.4 ms, d 1.04-1.14 -> 1.00-1.03; avx512 c 32.1-32.4 ->
+      // 28.4-30.4, a and d within noise.)
       // Blocks of columns; each accumulator still takes its column vectors in
       // ascending order, so the bits are those of one pass over the chunk. An
       // item of one tile's tokens reads phi once: it runs over phi's rows.
@@ -292,8 +272,7 @@ void ForwardTokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) 
       for (int64_t c0 = k0; c0 < full_end; c0 += kBlockColumns) {
         const int64_t c1 = std::min(full_end, c0 + kBlockColumns);
         if (!copy_phi) {
-          RunTiles(s, tokens, rows, c0 - k0, phi + f0 * p.phi.stride[2] + c0, p.phi.stride[2], (c1 - c0) / L,
-                   prefetcher);
+          RunTiles(s, tokens, rows, c0 - k0, phi + f0 * p.phi.stride[2] + c0, p.phi.stride[2], (c1 - c0) / L);
           continue;
         }
         for (int64_t f = 0; f < rows; ++f) {
@@ -305,10 +284,10 @@ void ForwardTokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) 
             for (int64_t k = c0; k < c1; ++k) row[k - c0] = phi_at(f0 + f, k);
           }
         }
-        RunTiles(s, tokens, rows, c0 - k0, s.phi_chunk, kBlockStride, (c1 - c0) / L, prefetcher);
+        RunTiles(s, tokens, rows, c0 - k0, s.phi_chunk, kBlockStride, (c1 - c0) / L);
       }
       if (k_end > full_end && full_end >= k0)  // the padded tail vector
-        RunTiles(s, tokens, rows, full_end - k0, s.phi_tail, L, 1, prefetcher);
+        RunTiles(s, tokens, rows, full_end - k0, s.phi_tail, L, 1);
     }
     for (int64_t t = 0; t < tokens; ++t)
       for (int64_t f = 0; f < rows; ++f)
