@@ -7,8 +7,14 @@ namespace mhc::plan {
 ForwardPlan plan_forward(const core::ForwardProblem& p, int threads, int64_t scratch_floats, int64_t item_tokens,
                          int64_t shared_floats) {
   ForwardPlan plan;
-  plan.item_tokens = item_tokens;
-  plan.token_items = ceil_div(p.dims.T, item_tokens);
+  // A call of fewer tokens than kForwardItems full items gets shorter items (whole
+  // groups of kForwardItemGranule tokens), so that its tokens still spread over
+  // the workers: at most kForwardItems items then. From T only, never from the
+  // thread count; and no family's per-token arithmetic depends on where items
+  // begin (batch invariance), so the bits do not either.
+  const int64_t wanted = round_up(ceil_div(p.dims.T, kForwardItems), kForwardItemGranule);
+  plan.item_tokens = std::clamp<int64_t>(wanted, std::min(kForwardItemGranule, item_tokens), item_tokens);
+  plan.token_items = ceil_div(p.dims.T, plan.item_tokens);
   // The once-per-call preparation is split over every thread asked for, even when
   // there are fewer items (decode: one token, one item).
   const int prepare_threads = int(std::max(1, threads));
