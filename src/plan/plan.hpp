@@ -43,7 +43,7 @@ inline constexpr int64_t kForwardItemGranule = 32;
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 // Float counts rounded up so every workspace region starts on a 64-byte boundary.
-inline int64_t align16(int64_t floats) { return (floats + 15) / 16 * 16; }
+inline int64_t align16(int64_t floats) { return round_up(floats, 16); }
 
 struct ForwardPlan {
   int threads = 1;

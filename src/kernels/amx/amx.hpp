@@ -8,8 +8,9 @@
 
 namespace mhc::kernels::amx {
 
-// Tokens per forward item on the tile path: the packed phi (3 bf16 parts) is
-// read from L3 once per item, so items are longer than the SIMD family's 32.
+// Most tokens per forward item on the tile path: the packed phi (3 bf16 parts) is
+// read from L3 once per item, so items are longer than the SIMD family's
+// (plan::kTokensPerItem); plan_forward cuts short calls finer.
 inline constexpr int64_t kItemTokens = 256;
 
 // Whether the forward of this problem runs on tiles, from dtypes and dims only:

@@ -240,7 +240,7 @@ void ForwardTokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) 
   const core::Dims& d = p.dims;
   const DF df;
   const int64_t L = hn::Lanes(df), tokens = t1 - t0;
-  const int64_t K_full = d.K / L * L, K_pad = plan::ceil_div(d.K, L) * L;
+  const int64_t K_full = d.K / L * L, K_pad = plan::round_up(d.K, L);
   const ForwardScratch s = LayOutForwardScratch(args.scratch(worker), d);
   const float* phi = static_cast<const float*>(p.phi.data);
   const int64_t phi_cs = p.phi.stride[3];  // column stride of phi
