@@ -9,11 +9,11 @@ namespace mhc::kernels::amx {
 
 std::pair<const void*, int64_t> XSource::source(int64_t t, int64_t count, int64_t s,
                                                uint16_t* tile_staging) const {
+  if (count == 16)
+    if (const char* row = direct_row(t, s)) return {row, token_bytes};
   const core::Dims& d = p->dims;
   const int64_t k0 = s * kStep;
   const char* x = static_cast<const char*>(p->x.data);
-  if (direct && count == 16 && k0 + kStep <= d.K)
-    return {x + 2 * p->x.at(t, k0 / d.D, k0 % d.D), token_bytes};
   const bool row_run = p->x.stride[3] == 1 && k0 + kStep <= d.K &&
                        (k0 % d.D + kStep <= d.D || p->x.stride[2] == d.D);
   if (row_run && count == 1) return {x + 2 * p->x.at(t, k0 / d.D, k0 % d.D), kStep * 2};
@@ -31,7 +31,18 @@ std::pair<const void*, int64_t> XSource::source(int64_t t, int64_t count, int64_
   return {tile_staging, kStep * 2};
 }
 
+const char* XSource::direct_row(int64_t t, int64_t s) const {
+  const core::Dims& d = p->dims;
+  const int64_t k0 = s * kStep;
+  if (!direct || k0 + kStep > d.K) return nullptr;
+  return static_cast<const char*>(p->x.data) + 2 * p->x.at(t, k0 / d.D, k0 % d.D);
+}
+
 void XSource::stage_fp16(int64_t t, int64_t count, int64_t s, uint16_t* hi, uint16_t* lo, float* sq) const {
+  if (const char* row = direct_row(t, s)) {
+    for (int64_t i = 0; i < count; ++i, row += token_bytes) fp16_parts(row, hi + i * kStep, lo + i * kStep, sq + 16 * i);
+    return;
+  }
   for (int64_t i = 0; i < count; ++i) {
     const auto [row, stride] = source(t + i, 1, s, row_staging);
     (void)stride;

@@ -23,6 +23,10 @@ struct XSource {
   // Tile row pointer and stride for tokens [t, t + count) at step s.
   std::pair<const void*, int64_t> source(int64_t t, int64_t count, int64_t s, uint16_t* tile_staging) const;
 
+  // Token t's row at step s when the step's rows lie at token_bytes apart in x
+  // itself (the other tokens' rows follow at that stride); nullptr when they must be copied.
+  const char* direct_row(int64_t t, int64_t s) const;
+
   // fp16 x: tokens [t, t + count) at step s as rows of bf16 parts into hi and lo
   // ([16][32] each), their squares into sq rows of 16 (rows copied via row_staging).
   void stage_fp16(int64_t t, int64_t count, int64_t s, uint16_t* hi, uint16_t* lo, float* sq) const;
