@@ -15,7 +15,10 @@ openblas_dir=/usr/lib/x86_64-linux-gnu/openblas-pthread
 
 bash scripts/setup.sh
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-if ! ninja -C "$build_dir" -t targets all 2>/dev/null | grep -q '^mhc-bench:'; then
+# (The list is taken whole first: `grep -q` quits at the first match, and under
+# pipefail ninja's SIGPIPE from writing the rest would fail the test.)
+targets=$(ninja -C "$build_dir" -t targets all 2>/dev/null)
+if ! grep -q '^mhc-bench:' <<<"$targets"; then
   echo "bench.sh: no mhc-bench target: add_subdirectory(bench) is missing from CMakeLists.txt" >&2
   exit 1
 fi
