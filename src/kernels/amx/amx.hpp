@@ -10,8 +10,12 @@ namespace mhc::kernels::amx {
 
 // Most tokens per forward item on the tile path: the packed phi (3 bf16 parts) is
 // read from L3 once per item, so items are longer than the SIMD family's
-// (plan::kTokensPerItem); plan_forward cuts short calls finer.
+// (plan::kTokensPerItem); plan_forward cuts short calls finer. Items of long
+// tokens are halved so that an item's x stays within kItemXBytes, which h_in
+// reads a second time: at shape b (K = 28672, 14 MiB of x per 256 tokens)
+// mhc-bench's forward took 118-128 ms against 126-148 with 256 tokens.
 inline constexpr int64_t kItemTokens = 256;
+inline constexpr int64_t kItemXBytes = int64_t(8) << 20;
 
 // Whether the forward of this problem runs on tiles, from dtypes and dims only:
 // bf16 x with F <= 96, fp16 x with F <= 80 (the C tiles of 16 tokens, the A

@@ -356,7 +356,8 @@ bool forward_uses_tiles(const core::ForwardProblem& p) {
 }
 
 int64_t forward_item_tokens(const core::ForwardProblem& p) {
-  return forward_uses_tiles(p) ? kItemTokens : plan::kTokensPerItem;
+  if (!forward_uses_tiles(p)) return plan::kTokensPerItem;
+  return kItemTokens * 2 * p.dims.K <= kItemXBytes ? kItemTokens : kItemTokens / 2;  // x is 2 bytes an element
 }
 
 int64_t forward_shared_floats(const core::ForwardProblem& p) {
