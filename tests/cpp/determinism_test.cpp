@@ -141,12 +141,15 @@ std::vector<Config> batch_configs() {
                                              {DType::fp32, FForm::two_entry, false, false, int64_t(7)},
                                              {DType::bf16, FForm::square, false, true, int64_t(1)},
                                              {DType::bf16, FForm::square, true, false, int64_t(96)},
-                                             {DType::bf16, FForm::permutation, true, true, int64_t(200)}}) {
+                                             {DType::bf16, FForm::permutation, true, true, int64_t(200)},
+                                             {DType::bf16, FForm::square, true, false, int64_t(4100)}}) {
     Config c;
     c.N = 4; c.D = D; c.dtype = dtype; c.form = form; c.gamma = gamma; c.grad_x_post = true;
     // 600 tokens: past the AMX family's 256-token items, with a tail of 88 (32 + 32 + 16 + 8);
-    // 12 tokens: a call the AMX family takes without packing phi (at most 16 tokens).
-    c.bsnd = bsnd; c.B = 1; c.S = D == 96 ? 600 : D == 200 ? 12 : 37;
+    // 12 tokens: a call the AMX family takes without packing phi (at most 16 tokens);
+    // K = 16400 with 520 tokens: the AMX family's 128-token items (more than 8 MiB of
+    // x in 256 tokens), with a tail of 8.
+    c.bsnd = bsnd; c.B = 1; c.S = D == 96 ? 600 : D == 200 ? 12 : D == 4100 ? 520 : 37;
     c.seed = 950 + out.size();
     out.push_back(c);
   }
