@@ -62,8 +62,9 @@ struct Family {
   // After the last chunk: grad_phi and grad_gamma of a column item from the lanes' running totals.
   void (*backward_finish_columns)(const BackwardArgs&, const plan::ColumnItem&);
   // Optional forward hooks (nullptr: at most plan::kTokensPerItem tokens per item, nothing shared).
-  // Most tokens per forward item (plan_forward cuts short calls finer), from the dims and dtypes only (never from T's value
-  // alone changing a token's arithmetic: batch invariance).
+  // Most tokens per forward item (plan_forward cuts short calls finer), from the
+  // dims and dtypes only (never from T's value alone changing a token's
+  // arithmetic: batch invariance).
   int64_t (*forward_item_tokens)(const core::ForwardProblem&) = nullptr;
   // Floats of operands prepared once per call, before the items run.
   int64_t (*forward_shared_floats)(const core::ForwardProblem&) = nullptr;

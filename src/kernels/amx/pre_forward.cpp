@@ -11,8 +11,8 @@
 // Per call, forward_prepare packs the parts of phi.gamma in the tiles' pair-
 // interleaved (VNNI) layout. Per item (at most kItemTokens tokens, half that for
 // long tokens: forward_item_tokens), the k steps run in blocks whose packed phi
-// stays in L2, the item's tokens in groups of one or two 16-token tiles. Calls of at most kFewTokens tokens (decode) skip the packing
-// and swap the operands' roles. Each element of m is the same sequence of exact
+// stays in L2, the item's tokens in groups of one or two 16-token tiles. Calls of
+// at most kFewTokens tokens (decode) skip the packing and swap the operands' roles. Each element of m is the same sequence of exact
 // products and fp32 additions either way (step by step; parts of phi hi, mid, lo;
 // within each, parts of x hi, lo), and depends on its token's x and phi only:
 // batch invariance. Then the SIMD family's finish: the per-token outputs and h_in.
@@ -68,9 +68,10 @@ struct Group {
     // loads do not wait for the staging stores to reach L1. Rows that lie at a
     // uniform stride in x are staged a few after each of the step's B tiles: a
     // step's 16 rows staged at once filled the core's reorder buffer, and a row
-    // that missed the caches held up the products (c forward 18-23 -> 14-17 ms).
-    // (bf16 rows copied the same way, instead of tileloadd from x, gained nothing:
-    // a 15.3-16.7 against 15.4-16.8 ms, T = 512 at D = 7168 3-5 % slower.)
+    // that missed the caches held up the products (mhc-bench, c forward 16.3-19.2
+    // -> 12.0-12.8 ms). (bf16 rows copied the same way, instead of tileloadd from x,
+    // gained nothing: a 15.4-16.8 against 15.3-16.7 ms, T = 512 at D = 7168 3-5 %
+    // slower.)
     const int64_t rows = std::min<int64_t>(count, 16);
     auto staging_of = [&](int64_t step) { return x.staging + (step & 1) * 2 * 16 * kStep; };
     auto stage = [&](int64_t step) {
@@ -103,12 +104,12 @@ struct Group {
                             kA + XP * decltype(tt)::value + decltype(q)::value, kB>();
             });
           });
-          if (next_rows) {  // after B tile j of the step's 3 NF: rows [rows j / 3 NF, rows (j + 1) / 3 NF)
-            const int64_t j = part * NF + decltype(ft)::value;
-            uint16_t* hi = staging_of(s + 1);
-            for (int64_t i = rows * j / (kParts * NF); i < rows * (j + 1) / (kParts * NF); ++i)
-              fp16_parts(next_rows + i * x.token_bytes, hi + i * kStep, hi + (16 + i) * kStep, sq + 16 * i);
-          }
+          if constexpr (XP == 2)
+            if (next_rows) {  // after B tile j of the step's 3 NF: rows [rows j / 3 NF, rows (j + 1) / 3 NF)
+              const int64_t j = part * NF + decltype(ft)::value;
+              x.stage_fp16_rows(next_rows, rows * j / (kParts * NF), rows * (j + 1) / (kParts * NF),
+                                staging_of(s + 1), staging_of(s + 1) + 16 * kStep, sq);
+            }
         });
     }
     unroll(std::make_integer_sequence<int, TT>{}, [&](auto tt) {
@@ -357,7 +358,8 @@ bool forward_uses_tiles(const core::ForwardProblem& p) {
 
 int64_t forward_item_tokens(const core::ForwardProblem& p) {
   if (!forward_uses_tiles(p)) return plan::kTokensPerItem;
-  return kItemTokens * 2 * p.dims.K <= kItemXBytes ? kItemTokens : kItemTokens / 2;  // x is 2 bytes an element
+  const int64_t item_x_bytes = kItemTokens * p.dims.K * core::element_size(p.x.dtype);
+  return item_x_bytes <= kItemXBytes ? kItemTokens : kItemTokens / 2;
 }
 
 int64_t forward_shared_floats(const core::ForwardProblem& p) {

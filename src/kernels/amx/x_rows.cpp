@@ -38,11 +38,13 @@ const char* XSource::direct_row(int64_t t, int64_t s) const {
   return static_cast<const char*>(p->x.data) + 2 * p->x.at(t, k0 / d.D, k0 % d.D);
 }
 
+void XSource::stage_fp16_rows(const char* first, int64_t i0, int64_t i1, uint16_t* hi, uint16_t* lo,
+                              float* sq) const {
+  for (int64_t i = i0; i < i1; ++i) fp16_parts(first + i * token_bytes, hi + i * kStep, lo + i * kStep, sq + 16 * i);
+}
+
 void XSource::stage_fp16(int64_t t, int64_t count, int64_t s, uint16_t* hi, uint16_t* lo, float* sq) const {
-  if (const char* row = direct_row(t, s)) {
-    for (int64_t i = 0; i < count; ++i, row += token_bytes) fp16_parts(row, hi + i * kStep, lo + i * kStep, sq + 16 * i);
-    return;
-  }
+  if (const char* first = direct_row(t, s)) return stage_fp16_rows(first, 0, count, hi, lo, sq);
   for (int64_t i = 0; i < count; ++i) {
     const auto [row, stride] = source(t + i, 1, s, row_staging);
     (void)stride;

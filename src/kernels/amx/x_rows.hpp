@@ -30,6 +30,8 @@ struct XSource {
   // fp16 x: tokens [t, t + count) at step s as rows of bf16 parts into hi and lo
   // ([16][32] each), their squares into sq rows of 16 (rows copied via row_staging).
   void stage_fp16(int64_t t, int64_t count, int64_t s, uint16_t* hi, uint16_t* lo, float* sq) const;
+  // The same for rows [i0, i1) of a step whose rows lie in x token_bytes apart from `first` (direct_row).
+  void stage_fp16_rows(const char* first, int64_t i0, int64_t i1, uint16_t* hi, uint16_t* lo, float* sq) const;
 };
 
 // Whether x's tokens are at a uniform stride with each step's 32 columns contiguous (and that stride).
