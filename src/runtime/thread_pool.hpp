@@ -22,6 +22,12 @@ inline constexpr int kMaxThreads = 1024;
 // hardware threads; at most kMaxThreads.
 int default_thread_count();
 
+// How long, in microseconds, an idle helper polls for the next job (and a caller
+// for its helpers) before sleeping, from the value of MHC_SPIN_US: digits only,
+// at most kMaxSpinMicroseconds; unset, empty or anything else gives the default.
+inline constexpr int64_t kDefaultSpinMicroseconds = 100, kMaxSpinMicroseconds = 1000000;
+int64_t spin_microseconds(const char* env);
+
 // Run body(item, worker) for item in [0, items) on up to `threads` workers
 // (worker in [0, threads)); returns when all items are done. Each worker takes
 // a contiguous range of items. Fewer workers than asked when the pool is held

@@ -305,5 +305,34 @@ TEST(ThreadKnobs, MhcNumThreadsSetsTheDefaultWithinBounds) {
   }
 }
 
+TEST(ThreadKnobs, MhcSpinUsParsesDigitsOnlyWithinBounds) {
+  using mhc::runtime::kDefaultSpinMicroseconds;
+  using mhc::runtime::spin_microseconds;
+  EXPECT_EQ(spin_microseconds(nullptr), kDefaultSpinMicroseconds);
+  EXPECT_EQ(spin_microseconds("0"), 0);
+  EXPECT_EQ(spin_microseconds("250"), 250);
+  EXPECT_EQ(spin_microseconds("99999999999999999999999"), mhc::runtime::kMaxSpinMicroseconds);
+  for (const char* ignored : {"", "-5", "1e3", "ten", " 7"})
+    EXPECT_EQ(spin_microseconds(ignored), kDefaultSpinMicroseconds) << "MHC_SPIN_US=" << ignored;
+}
+
+// Helpers still polling for work (back-to-back jobs) and helpers asleep (a job
+// after a pause longer than the spin budget) both take their share of the next job.
+TEST(ThreadPool, PollingAndSleepingHelpersBothTakeTheNextJob) {
+  for (int pause_us : {0, 0, 5000, 0, 20000}) {
+    std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
+    std::vector<std::atomic<int>> seen(64);
+    std::mutex m;
+    std::set<std::thread::id> ran_on;
+    mhc::runtime::parallel_for(64, 2, [&](int64_t item, int) {
+      seen[size_t(item)].fetch_add(1);
+      std::lock_guard<std::mutex> lock(m);
+      ran_on.insert(std::this_thread::get_id());
+    });
+    for (auto& s : seen) EXPECT_EQ(s.load(), 1) << "after a pause of " << pause_us << " us";
+    EXPECT_EQ(ran_on.size(), 2u) << "after a pause of " << pause_us << " us";
+  }
+}
+
 }  // namespace
 }  // namespace mhc_test
