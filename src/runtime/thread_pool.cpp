@@ -13,12 +13,13 @@
 namespace mhc::runtime {
 namespace {
 
-void pause() {
+void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
 }
 
+// MHC_SPIN_US, read once, at the pool's first job.
 std::chrono::microseconds spin_budget() {
   static const std::chrono::microseconds budget(spin_microseconds(std::getenv("MHC_SPIN_US")));
   return budget;
@@ -34,7 +35,7 @@ bool spin_until(Done done) {
   const auto start = std::chrono::steady_clock::now();
   for (int polls = 1;; ++polls) {
     if (done()) return true;
-    pause();
+    cpu_relax();
     if (polls % 64 == 0) {
       if (std::chrono::steady_clock::now() - start > budget) return done();
       std::this_thread::yield();
@@ -42,20 +43,20 @@ bool spin_until(Done done) {
   }
 }
 
-// Spin, then sleep: waking a sleeping thread (a futex, and on a VM an interrupt
-// to a halted virtual CPU) took about 50 us here, as long as a decode call's work
-// (2 threads, e forward 0.175 -> 0.118 ms, d forward 0.43 -> 0.31 with the helper
-// polling), so helpers poll `posted_` for a while after each job before they wait
-// on the condition variable, as XNNPACK's pthreadpool and libgomp spin before they
-// block. The mutex still orders every job's fields: a helper that saw posted_
-// change takes the lock before it reads them.
+// Spin, then sleep: waking a thread asleep on a futex (on a VM, an interrupt to a
+// halted virtual CPU) costs about as much as a decode call's work, so a helper
+// that has just run a job polls `posted_` for a while before it waits on the
+// condition variable, and the caller polls `unfinished_` before it waits for its
+// helpers, as XNNPACK's pthreadpool and libgomp spin before they block. The mutex
+// still orders every job's fields: a helper that saw posted_ change takes the
+// lock before it reads them.
 class Pool {
  public:
   ~Pool() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stopping_ = true;
-      posted_.fetch_add(1, std::memory_order_release);  // polling helpers go and see
+      posted_.store(++generation_, std::memory_order_release);  // polling helpers go and see
     }
     wake_.notify_all();
     for (auto& t : threads_) t.join();
@@ -88,10 +89,8 @@ class Pool {
       body_ = &body;
       items_ = items;
       workers_ = workers;
-      pending_ = workers - 1;
       unfinished_.store(workers - 1, std::memory_order_relaxed);
-      ++generation_;
-      posted_.store(generation_, std::memory_order_release);
+      posted_.store(++generation_, std::memory_order_release);
     }
     wake_.notify_all();
     std::exception_ptr failure;
@@ -100,9 +99,12 @@ class Pool {
     } catch (...) {
       failure = std::current_exception();  // the helpers still use body: wait for them first
     }
-    spin_until([&] { return unfinished_.load(std::memory_order_acquire) == 0; });
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return pending_ == 0; });
+    auto helpers_done = [&] { return unfinished_.load(std::memory_order_acquire) == 0; };
+    if (!spin_until(helpers_done)) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      done_.wait(lock, helpers_done);
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
     body_ = nullptr;
     if (failure) std::rethrow_exception(failure);
   }
@@ -114,27 +116,23 @@ class Pool {
     for (int64_t i = begin; i < end; ++i) (*body_)(i, worker);
   }
 
-  void ensure_threads(int helpers) {
-    while (int(threads_.size()) < helpers) {
-      const int index = int(threads_.size()) + 1;
-      threads_.emplace_back([this, index] { loop(index); });
-    }
-  }
-
   void loop(int index) {
     uint64_t seen = 0;
+    bool ran = false;  // only a helper that just ran a job polls for the next
     for (;;) {
-      spin_until([&] { return posted_.load(std::memory_order_acquire) != seen; });
+      if (ran) spin_until([&] { return posted_.load(std::memory_order_acquire) != seen; });
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
       if (stopping_) return;
       seen = generation_;
-      if (index >= workers_) continue;  // not needed for this job
+      ran = index < workers_;
+      if (!ran) continue;  // not needed for this job
       lock.unlock();
       run_share(index);
-      unfinished_.fetch_sub(1, std::memory_order_release);
-      lock.lock();
-      if (--pending_ == 0) done_.notify_one();
+      if (unfinished_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        lock.lock();  // the caller may be between its check and its wait
+        done_.notify_one();
+      }
     }
   }
 
@@ -145,11 +143,10 @@ class Pool {
   const std::function<void(int64_t, int)>* body_ = nullptr;
   int64_t items_ = 0;
   int workers_ = 1;
-  int pending_ = 0;
   uint64_t generation_ = 0;
   bool stopping_ = false;
   std::atomic<uint64_t> posted_{0};  // generation_, for polling without the mutex
-  std::atomic<int> unfinished_{0};   // helpers still running the job, likewise
+  std::atomic<int> unfinished_{0};   // helpers still running the job
 };
 
 Pool& pool() {
@@ -225,9 +222,7 @@ void Barrier::arrive_and_wait() {
     return;
   }
   for (int spins = 0; generation_.load(std::memory_order_acquire) == gen; ++spins) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
+    cpu_relax();
     if (spins > 4096) std::this_thread::yield();  // oversubscribed machine: let the others run
   }
 }

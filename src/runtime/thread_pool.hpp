@@ -22,9 +22,10 @@ inline constexpr int kMaxThreads = 1024;
 // hardware threads; at most kMaxThreads.
 int default_thread_count();
 
-// How long, in microseconds, an idle helper polls for the next job (and a caller
-// for its helpers) before sleeping, from the value of MHC_SPIN_US: digits only,
-// at most kMaxSpinMicroseconds; unset, empty or anything else gives the default.
+// How long, in microseconds, a helper that has run a job polls for the next (and a
+// caller for its helpers) before sleeping, from the value of MHC_SPIN_US (read
+// once, at the pool's first job): digits only, at most kMaxSpinMicroseconds;
+// unset, empty or anything else gives the default.
 inline constexpr int64_t kDefaultSpinMicroseconds = 100, kMaxSpinMicroseconds = 1000000;
 int64_t spin_microseconds(const char* env);
 

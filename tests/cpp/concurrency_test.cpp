@@ -10,7 +10,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <map>
 #include <mutex>
 #include <set>
@@ -316,22 +318,49 @@ TEST(ThreadKnobs, MhcSpinUsParsesDigitsOnlyWithinBounds) {
     EXPECT_EQ(spin_microseconds(ignored), kDefaultSpinMicroseconds) << "MHC_SPIN_US=" << ignored;
 }
 
-// Helpers still polling for work (back-to-back jobs) and helpers asleep (a job
-// after a pause longer than the spin budget) both take their share of the next job.
+// Helpers still polling for work, helpers just giving up (pauses around the spin
+// budget) and helpers asleep (long pauses) all take their share of the next job.
+// A job that does not finish within 10 s fails the test instead of hanging it.
 TEST(ThreadPool, PollingAndSleepingHelpersBothTakeTheNextJob) {
-  for (int pause_us : {0, 0, 5000, 0, 20000}) {
+  const int64_t budget_us = mhc::runtime::spin_microseconds(std::getenv("MHC_SPIN_US"));
+  std::vector<int64_t> pauses_us;
+  for (int i = 0; i < 300; ++i) pauses_us.push_back(i % 3 == 0 ? 0 : (i * 37) % (2 * budget_us + 50));
+  for (int64_t long_pause : {5000, 20000}) pauses_us.push_back(std::max(long_pause, 4 * budget_us));
+  for (int64_t pause_us : pauses_us) {
     std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
     std::vector<std::atomic<int>> seen(64);
     std::mutex m;
     std::set<std::thread::id> ran_on;
-    mhc::runtime::parallel_for(64, 2, [&](int64_t item, int) {
-      seen[size_t(item)].fetch_add(1);
-      std::lock_guard<std::mutex> lock(m);
-      ran_on.insert(std::this_thread::get_id());
+    auto job = std::async(std::launch::async, [&] {
+      mhc::runtime::parallel_for(64, 2, [&](int64_t item, int) {
+        seen[size_t(item)].fetch_add(1);
+        std::lock_guard<std::mutex> lock(m);
+        ran_on.insert(std::this_thread::get_id());
+      });
     });
-    for (auto& s : seen) EXPECT_EQ(s.load(), 1) << "after a pause of " << pause_us << " us";
-    EXPECT_EQ(ran_on.size(), 2u) << "after a pause of " << pause_us << " us";
+    if (job.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+      std::fprintf(stderr, "a job after a pause of %lld us did not finish in 10 s\n", (long long)pause_us);
+      std::abort();
+    }
+    for (auto& s : seen) ASSERT_EQ(s.load(), 1) << "after a pause of " << pause_us << " us";
+    ASSERT_EQ(ran_on.size(), 2u) << "after a pause of " << pause_us << " us";
   }
+}
+
+// The caller's share throwing: parallel_for rethrows once the helpers' items have
+// all run, and the pool takes the next job.
+TEST(ThreadPool, AThrowingShareRethrowsAfterTheOtherWorkersFinish) {
+  std::vector<std::atomic<int>> seen(64);
+  EXPECT_THROW(mhc::runtime::parallel_for(64, 2,
+                                          [&](int64_t item, int) {
+                                            if (item == 0) throw std::runtime_error("item 0");
+                                            seen[size_t(item)].fetch_add(1);
+                                          }),
+               std::runtime_error);
+  for (size_t i = 32; i < 64; ++i) EXPECT_EQ(seen[i].load(), 1) << "item " << i << " of the helper";
+  std::atomic<int> count{0};
+  mhc::runtime::parallel_for(64, 2, [&](int64_t, int) { count.fetch_add(1); });
+  EXPECT_EQ(count.load(), 64);
 }
 
 }  // namespace

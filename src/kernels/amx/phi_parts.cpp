@@ -96,9 +96,25 @@ inline bool unit_step(const core::ForwardProblem& p, int64_t k0) {
   return p.phi.stride[3] == 1 && k0 + kStep <= d.K && gamma_unit;
 }
 
-// gamma's columns [k0, k0 + 32) of a unit step.
+// gamma's columns [k0, k0 + 32) of a unit step; nullptr without gamma.
 inline const float* gamma_step(const core::ForwardProblem& p, int64_t k0) {
+  if (!p.gamma.present()) return nullptr;
   return static_cast<const float*>(p.gamma.data) + p.gamma.at(k0 / p.dims.D, k0 % p.dims.D);
+}
+
+// 32 values of phi.gamma as two vectors: a unit step's row of phi times gamma's
+// columns (none: nullptr), or row f at any strides.
+__attribute__((target("avx512f"))) inline void load_unit_row(const float* row, const float* gamma, __m512& lo,
+                                                             __m512& hi) {
+  lo = _mm512_loadu_ps(row), hi = _mm512_loadu_ps(row + 16);
+  if (gamma != nullptr)
+    lo = _mm512_mul_ps(lo, _mm512_loadu_ps(gamma)), hi = _mm512_mul_ps(hi, _mm512_loadu_ps(gamma + 16));
+}
+__attribute__((target("avx512f"))) inline void load_any_row(const core::ForwardProblem& p, int64_t f, int64_t k0,
+                                                            __m512& lo, __m512& hi) {
+  alignas(64) float values[kStep];
+  load_phi_gamma(p, f, k0, values);
+  lo = _mm512_load_ps(values), hi = _mm512_load_ps(values + 16);
 }
 
 // Row f of phi.gamma, columns [k0, k0 + 32), in three bf16 parts of 32 columns each.
@@ -106,18 +122,10 @@ inline const float* gamma_step(const core::ForwardProblem& p, int64_t k0) {
 __attribute__((target("avx512f,avx512bw"))) inline bool split_row(const core::ForwardProblem& p, int64_t f,
                                                                   int64_t k0, __m512i parts[kParts]) {
   __m512 lo, hi;
-  if (unit_step(p, k0)) {  // the common case, inline
-    const float* row = static_cast<const float*>(p.phi.data) + p.phi.at(f, k0);
-    lo = _mm512_loadu_ps(row), hi = _mm512_loadu_ps(row + 16);
-    if (p.gamma.present()) {
-      const float* g = gamma_step(p, k0);
-      lo = _mm512_mul_ps(lo, _mm512_loadu_ps(g)), hi = _mm512_mul_ps(hi, _mm512_loadu_ps(g + 16));
-    }
-  } else {
-    alignas(64) float values[kStep];
-    load_phi_gamma(p, f, k0, values);
-    lo = _mm512_load_ps(values), hi = _mm512_load_ps(values + 16);
-  }
+  if (unit_step(p, k0))  // the common case, inline
+    load_unit_row(static_cast<const float*>(p.phi.data) + p.phi.at(f, k0), gamma_step(p, k0), lo, hi);
+  else
+    load_any_row(p, f, k0, lo, hi);
   return split_pairs(lo, hi, parts) == 0;
 }
 
@@ -164,29 +172,21 @@ __attribute__((target("avx512f,avx512bw"))) bool pack_steps(const core::ForwardP
 }
 
 // The rows of C tile `tile` of phi.gamma at step s, in parts, into a (rows past F
-// stay as they are: zero). A decode call splits all of phi.gamma, so a unit step
-// takes its gamma and the rows' offsets once, not per row (e at 2 threads: 0.165
-// -> 0.145 ms).
+// stay as they are: zero). A decode call splits all of phi.gamma: a unit step's
+// offsets into phi and gamma are taken once for all its rows (split_row divides
+// k0 by D for each).
 __attribute__((target("avx512f,avx512bw"))) bool stage_phi_rows(const core::ForwardProblem& p, const Geometry& g,
                                                                 int tile, int64_t s, uint16_t* a) {
   const int64_t f0 = int64_t(tile) * g.width, k0 = s * kStep;
   const int rows = int(std::clamp<int64_t>(p.dims.F - f0, 0, g.width));
+  const bool unit = unit_step(p, k0);
+  const float* first_row = unit ? static_cast<const float*>(p.phi.data) + p.phi.at(f0, k0) : nullptr;
+  const float* gamma = unit ? gamma_step(p, k0) : nullptr;
   __mmask16 nonfinite = 0;
-  if (!unit_step(p, k0)) {
-    for (int r = 0; r < rows; ++r) {
-      __m512i parts[kParts];
-      nonfinite |= split_row(p, f0 + r, k0, parts) ? 0 : 1;
-      for (int part = 0; part < kParts; ++part) _mm512_storeu_si512(a + (part * 16 + r) * kStep, parts[part]);
-    }
-    return nonfinite == 0;
-  }
-  const bool has_gamma = p.gamma.present();
-  __m512 gamma_lo = _mm512_set1_ps(1.0f), gamma_hi = gamma_lo;
-  if (has_gamma) gamma_lo = _mm512_loadu_ps(gamma_step(p, k0)), gamma_hi = _mm512_loadu_ps(gamma_step(p, k0) + 16);
-  const float* row = static_cast<const float*>(p.phi.data) + p.phi.at(f0, k0);
-  for (int r = 0; r < rows; ++r, row += p.phi.stride[2]) {
-    __m512 lo = _mm512_loadu_ps(row), hi = _mm512_loadu_ps(row + 16);
-    if (has_gamma) lo = _mm512_mul_ps(lo, gamma_lo), hi = _mm512_mul_ps(hi, gamma_hi);  // as split_row
+  for (int r = 0; r < rows; ++r) {
+    __m512 lo, hi;
+    if (unit) load_unit_row(first_row + r * p.phi.stride[2], gamma, lo, hi);
+    else load_any_row(p, f0 + r, k0, lo, hi);
     __m512i parts[kParts];
     nonfinite |= split_pairs(lo, hi, parts);
     for (int part = 0; part < kParts; ++part) _mm512_storeu_si512(a + (part * 16 + r) * kStep, parts[part]);
