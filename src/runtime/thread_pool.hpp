@@ -26,7 +26,7 @@ int default_thread_count();
 // caller for its helpers) before sleeping, from the value of MHC_SPIN_US (read
 // once, at the pool's first job): digits only, at most kMaxSpinMicroseconds;
 // unset, empty or anything else gives the default.
-inline constexpr int64_t kDefaultSpinMicroseconds = 100, kMaxSpinMicroseconds = 1000000;
+inline constexpr int64_t kDefaultSpinMicroseconds = 1000, kMaxSpinMicroseconds = 1000000;
 int64_t spin_microseconds(const char* env);
 
 // Run body(item, worker) for item in [0, items) on up to `threads` workers
