@@ -102,14 +102,15 @@ inline const float* gamma_step(const core::ForwardProblem& p, int64_t k0) {
   return static_cast<const float*>(p.gamma.data) + p.gamma.at(k0 / p.dims.D, k0 % p.dims.D);
 }
 
-// 32 values of phi.gamma as two vectors: a unit step's row of phi times gamma's
-// columns (none: nullptr), or row f at any strides.
+// 32 values of phi.gamma as two vectors, from a unit step's row of phi times
+// gamma's columns (none: nullptr)...
 __attribute__((target("avx512f"))) inline void load_unit_row(const float* row, const float* gamma, __m512& lo,
                                                              __m512& hi) {
   lo = _mm512_loadu_ps(row), hi = _mm512_loadu_ps(row + 16);
   if (gamma != nullptr)
     lo = _mm512_mul_ps(lo, _mm512_loadu_ps(gamma)), hi = _mm512_mul_ps(hi, _mm512_loadu_ps(gamma + 16));
 }
+// ...or from row f of phi at any strides, value by value.
 __attribute__((target("avx512f"))) inline void load_any_row(const core::ForwardProblem& p, int64_t f, int64_t k0,
                                                             __m512& lo, __m512& hi) {
   alignas(64) float values[kStep];

@@ -12,10 +12,11 @@
 // interleaved (VNNI) layout. Per item (at most kItemTokens tokens, half that for
 // long tokens: forward_item_tokens), the k steps run in blocks whose packed phi
 // stays in L2, the item's tokens in groups of one or two 16-token tiles. Calls of
-// at most kFewTokens tokens (decode) skip the packing and swap the operands' roles. Each element of m is the same sequence of exact
-// products and fp32 additions either way (step by step; parts of phi hi, mid, lo;
-// within each, parts of x hi, lo), and depends on its token's x and phi only:
-// batch invariance. Then the SIMD family's finish: the per-token outputs and h_in.
+// at most kFewTokens tokens (decode) skip the packing and swap the operands'
+// roles. Each element of m is the same sequence of exact products and fp32
+// additions either way (step by step; parts of phi hi, mid, lo; within each,
+// parts of x hi, lo), and depends on its token's x and phi only: batch invariance.
+// Then the SIMD family's finish: the per-token outputs and h_in.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
