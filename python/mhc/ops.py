@@ -126,8 +126,10 @@ def _run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, with_caches):
     """The library's forward on checked arguments: (h_in, h_post, h_res, inv_rms, h_mix,
     h_pre), the last three None unless with_caches."""
     lead, n, d = _token_dims(x)
-    # Shapes of the outputs follow the inputs; the library checks they agree.
-    f = phi.shape[0] if phi.dim() >= 1 else 2 * n
+    # Shapes of the outputs follow the inputs; the library checks they agree. F comes
+    # from phi only when phi is [F, N*D]: any other phi (a transposed [N*D, F] above
+    # all) gets the library's error naming phi, with no outputs sized from it first.
+    f = phi.shape[0] if phi.dim() == 2 and phi.shape[1] == n * d else 2 * n
     r = max(f - 2 * n, 0)
     f32 = torch.float32
     h_in = _outputs.empty(lead + (d,), x.dtype)

@@ -109,6 +109,24 @@ def test_non_tensor_is_type_error(changes, name):
         call_fwd(**changes)
 
 
+def test_transposed_phi_is_rejected_before_outputs_sized_from_it(monkeypatch):
+    """phi given as [K, F] gets the library's error naming phi, and the face does not
+    first allocate h_mix and h_res from K (T x K floats each: far more than the call's
+    own tensors when K >> F, and a MemoryError instead of our message at scale)."""
+    t, n, d = 3, 4, 64
+    x, phi, alpha, bias = fwd_inputs(n=n, d=d, t=t)
+    requested = []
+    real_empty = mhc.ops._outputs.empty
+    monkeypatch.setattr(mhc.ops._outputs, "empty",
+                        lambda shape, dtype: requested.append(tuple(shape)) or real_empty(shape, dtype))
+    with pytest.raises(ValueError) as info:
+        mhc.npu_mhc_pre(x, phi.t().contiguous(), alpha, bias, out_flag=1)
+    assert str(info.value).startswith("phi:"), str(info.value)
+    assert requested, "the face allocates its outputs before the call"
+    largest = max(torch.Size(shape).numel() for shape in requested)
+    assert largest <= t * max(d, 2 * n + n * n), requested
+
+
 def test_meta_device_is_value_error_naming_tensor():
     x, phi, alpha, bias = fwd_inputs()
     with pytest.raises(ValueError, match="^x: .*meta"):
