@@ -8,6 +8,7 @@
 #include <string>
 #include <tuple>
 
+#include "suite_cases.hpp"
 #include "test_util.hpp"
 
 namespace mhc_test {
@@ -36,20 +37,6 @@ std::map<std::string, std::vector<uint32_t>> run_at(const Config& c, int threads
   return out;
 }
 
-// T = 300 tokens (19 forward items of 16 tokens), K = 640 (3 column items of 256).
-std::vector<Config> many_item_configs() {
-  std::vector<Config> out;
-  for (auto [dtype, form, gamma, bsnd] : {std::tuple{DType::bf16, FForm::square, true, true},
-                                          {DType::fp16, FForm::permutation, false, false},
-                                          {DType::fp32, FForm::two_entry, true, false}}) {
-    Config c;
-    c.N = 4; c.D = 160; c.dtype = dtype; c.form = form; c.gamma = gamma; c.grad_x_post = true;
-    c.bsnd = bsnd; c.B = bsnd ? 3 : 1; c.S = bsnd ? 100 : 300;
-    c.seed = 900 + out.size();
-    out.push_back(c);
-  }
-  return out;
-}
 
 class ManyWorkItems : public ::testing::TestWithParam<Config> {};
 
@@ -134,27 +121,6 @@ TEST_P(BatchInvariance, TokenAloneEqualsTokenInsideABatch) {
   }
 }
 
-std::vector<Config> batch_configs() {
-  std::vector<Config> out;
-  for (auto [dtype, form, gamma, bsnd, D] : {std::tuple{DType::bf16, FForm::square, true, false, int64_t(300)},
-                                             {DType::fp16, FForm::permutation, true, true, int64_t(64)},
-                                             {DType::fp32, FForm::two_entry, false, false, int64_t(7)},
-                                             {DType::bf16, FForm::square, false, true, int64_t(1)},
-                                             {DType::bf16, FForm::square, true, false, int64_t(96)},
-                                             {DType::bf16, FForm::permutation, true, true, int64_t(200)},
-                                             {DType::bf16, FForm::square, true, false, int64_t(4100)}}) {
-    Config c;
-    c.N = 4; c.D = D; c.dtype = dtype; c.form = form; c.gamma = gamma; c.grad_x_post = true;
-    // 600 tokens: past the AMX family's 256-token items, with a tail of 88 (32 + 32 + 16 + 8);
-    // 12 tokens: a call the AMX family takes without packing phi (at most 16 tokens);
-    // K = 16400 with 520 tokens: the AMX family's 128-token items (more than 8 MiB of
-    // x in 256 tokens), with a tail of 8.
-    c.bsnd = bsnd; c.B = 1; c.S = D == 96 ? 600 : D == 200 ? 12 : D == 4100 ? 520 : 37;
-    c.seed = 950 + out.size();
-    out.push_back(c);
-  }
-  return out;
-}
 
 INSTANTIATE_TEST_SUITE_P(T37, BatchInvariance, ::testing::ValuesIn(batch_configs()),
                          [](const ::testing::TestParamInfo<Config>& info) { return info.param.name(); });

@@ -14,6 +14,7 @@
 #include <map>
 
 #include "kernels/kernels.hpp"
+#include "suite_cases.hpp"
 #include "test_util.hpp"
 
 namespace mhc_test {
@@ -184,58 +185,6 @@ bool all_bytes_equal(const Tensor& t, uint8_t fill) {
 
 // ---------------------------------------------------------------- the cases
 
-std::vector<Config> oracle_configs() {
-  std::vector<Config> out;
-  const DType dtypes[3] = {DType::bf16, DType::fp16, DType::fp32};
-  // A spread of N (1..8) and D, with T, dtype, layout, F form and the options rotating.
-  const int64_t Ds[] = {1, 7, 64, 100, 512};
-  const int64_t Ts[] = {0, 1, 3, 100};
-  int i = 0;
-  for (int64_t N = 1; N <= 8; ++N)
-    for (int64_t D : Ds) {
-      Config c;
-      c.N = N;
-      c.D = D;
-      const int64_t T = Ts[(i + N) % 4];
-      c.bsnd = i % 2 == 1;
-      if (c.bsnd && T % 2 == 0 && T > 0) { c.B = 2; c.S = T / 2; } else { c.B = 1; c.S = T; }
-      c.dtype = dtypes[i % 3];
-      const FForm forms[3] = {FForm::square, FForm::permutation, FForm::two_entry};
-      c.form = forms[(i / 2) % 3];
-      if (c.form == FForm::permutation && N > 5) c.form = FForm::square;  // 6! + 12 rows: too slow here
-      c.gamma = (i / 3) % 2 == 0;
-      c.grad_x_post = (i / 5) % 2 == 1;
-      c.caches = i % 7 != 3;
-      c.flat_residual = i % 11 == 4;
-      c.seed = 100 + i++;
-      out.push_back(c);
-    }
-  // Every dtype x layout x F form x gamma, small, with the other options alternating.
-  for (DType dtype : dtypes)
-    for (bool bsnd : {false, true})
-      for (FForm form : {FForm::square, FForm::permutation, FForm::two_entry})
-        for (bool gamma : {false, true}) {
-          Config c;
-          c.N = 4; c.D = 9; c.dtype = dtype; c.bsnd = bsnd; c.form = form; c.gamma = gamma;
-          c.B = bsnd ? 3 : 1; c.S = bsnd ? 2 : 5;
-          c.grad_x_post = i % 2 == 0;
-          c.caches = i % 3 != 0;
-          c.flat_residual = i % 4 == 1;
-          c.seed = 100 + i++;
-          out.push_back(c);
-        }
-  // T = 0 in both layouts, and a realistic shape (N = 4, D = 1280).
-  for (auto [B, S, bsnd] : {std::tuple{1, 0, false}, {0, 5, true}, {3, 0, true}}) {
-    Config c;
-    c.N = 4; c.D = 16; c.B = B; c.S = S; c.bsnd = bsnd; c.grad_x_post = true; c.seed = 100 + i++;
-    out.push_back(c);
-  }
-  Config real;
-  real.N = 4; real.D = 1280; real.B = 2; real.S = 8; real.bsnd = true; real.dtype = DType::bf16;
-  real.grad_x_post = true; real.seed = 100 + i++;
-  out.push_back(real);
-  return out;
-}
 
 class OracleAgreement : public ::testing::TestWithParam<Config> {};
 

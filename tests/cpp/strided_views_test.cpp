@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "suite_cases.hpp"
 #include "test_util.hpp"
 
 namespace mhc_test {
@@ -82,23 +83,6 @@ void expect_same_results_and_untouched_gaps(const Config& c, const std::function
   }
 }
 
-std::vector<Config> strided_configs() {
-  std::vector<Config> out;
-  auto add = [&](int64_t N, int64_t D, int64_t B, int64_t S, bool bsnd, DType dt, FForm form, bool gamma,
-                 bool gxp, bool flat) {
-    Config c;
-    c.N = N; c.D = D; c.B = B; c.S = S; c.bsnd = bsnd; c.dtype = dt; c.form = form; c.gamma = gamma;
-    c.grad_x_post = gxp; c.flat_residual = flat; c.seed = 500 + out.size();
-    out.push_back(c);
-  };
-  add(4, 8, 2, 3, true, DType::bf16, FForm::square, true, true, false);
-  add(4, 33, 1, 20, false, DType::fp16, FForm::permutation, true, false, false);
-  add(3, 5, 3, 7, true, DType::fp32, FForm::two_entry, false, true, false);
-  add(2, 300, 1, 5, false, DType::bf16, FForm::square, false, true, true);  // K > one column item
-  add(1, 17, 2, 2, true, DType::fp16, FForm::square, true, false, false);
-  add(5, 4, 1, 18, false, DType::fp32, FForm::permutation, false, false, false);  // > one token item
-  return out;
-}
 
 class StridedViews : public ::testing::TestWithParam<Config> {};
 
