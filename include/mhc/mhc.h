@@ -51,10 +51,17 @@ typedef struct mhc_tensor {
   int64_t strides[MHC_MAX_RANK]; /* in elements */
 } mhc_tensor;
 
+/* Kernel families, best first. MHC_ISA_DEFAULT: the process default (mhc_set_isa, else MHC_ISA, else the best this CPU runs). */
+typedef enum mhc_isa_id {
+  MHC_ISA_DEFAULT = 0, MHC_ISA_AMX = 1, MHC_ISA_AVX512 = 2, MHC_ISA_AVX2 = 3,
+  MHC_ISA_PORTABLE = 4, MHC_ISA_REFERENCE = 5
+} mhc_isa_id;
+
 typedef struct mhc_options {
   double norm_eps;     /* default 1e-6 */
   double hc_eps;       /* default 1e-6 */
   int32_t num_threads; /* 0: MHC_NUM_THREADS or all hardware threads */
+  int32_t isa;         /* mhc_isa_id; MHC_ISA_DEFAULT unless a call wants one family */
 } mhc_options;
 
 MHC_API mhc_options mhc_default_options(void);
@@ -83,8 +90,14 @@ MHC_API int mhc_pre_backward(const mhc_tensor *x, const mhc_tensor *phi, const m
 MHC_API const char *mhc_last_error(void);
 MHC_API int mhc_last_error_kind(void);
 
-/* The kernel family in use: "amx", "avx512", "avx2", "portable" or "reference". */
+/* Sets the process default kernel family by name ("amx", "avx512", "avx2", "portable", "reference");
+   NULL or "" goes back to MHC_ISA / the best this CPU runs. A name that is unknown, or a family this
+   build or CPU cannot run: MHC_ERR_INVALID (mhc_last_error says which families are available), default unchanged. */
+MHC_API int mhc_set_isa(const char *name);
+/* The process default's name. */
 MHC_API const char *mhc_isa(void);
+/* 1 if this build and CPU run the named family, else 0. */
+MHC_API int mhc_isa_available(const char *name);
 MHC_API const char *mhc_version(void);
 
 #ifdef __cplusplus

@@ -75,10 +75,15 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
+// Kernel families, best first. `automatic` is the process default: set_isa(), else
+// MHC_ISA in the environment, else the best family this build and CPU run.
+enum class Isa { automatic = 0, amx = 1, avx512 = 2, avx2 = 3, portable = 4, reference = 5 };
+
 struct Options {
   double norm_eps = 1e-6;
   double hc_eps = 1e-6;
   int num_threads = 0;  // 0: MHC_NUM_THREADS if set, else all hardware threads
+  Isa isa = Isa::automatic;  // a family this CPU cannot run is an error naming it
 };
 
 // Forward MhcPre (SPEC §2). x is [B,S,N,D] or [T,N,D]; every per-token tensor
@@ -126,8 +131,15 @@ struct PreBackwardOutputs {
 MHC_API Status pre_backward(const PreBackwardInputs& in, const PreBackwardOutputs& out,
                     const Options& options = {});
 
-// The kernel family chosen at run time ("amx", "avx512", "avx2", "portable", "reference");
-// MHC_ISA in the environment forces one.
+// The process default family's name ("amx", "avx512", "avx2", "portable", "reference").
 MHC_API const char* isa();
+// Sets the process default; Isa::automatic goes back to MHC_ISA or the best. A family
+// this build or CPU cannot run is an error (the message lists those it can); the
+// default is then unchanged.
+MHC_API Status set_isa(Isa isa);
+MHC_API Status set_isa(const char* name);  // by name; nullptr or "" as Isa::automatic
+// Whether this build and CPU run the family (automatic: always).
+MHC_API bool isa_available(Isa isa);
+MHC_API const char* isa_name(Isa isa);  // "automatic" for Isa::automatic
 
 }  // namespace mhc

@@ -48,6 +48,7 @@ struct Dims {
 
 struct ForwardProblem {
   Dims dims;
+  Isa isa = Isa::reference;  // the kernel family that runs it (never automatic)
   double norm_eps = 1e-6;
   double hc_eps = 1e-6;
   // inputs
@@ -67,6 +68,7 @@ struct ForwardProblem {
 
 struct BackwardProblem {
   Dims dims;
+  Isa isa = Isa::reference;  // the kernel family that runs it (never automatic)
   double hc_eps = 1e-6;
   // inputs
   Strided x;            // [B,S,N,D]

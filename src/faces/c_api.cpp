@@ -55,6 +55,7 @@ mhc::Options to_options(const mhc_options* o) {
     options.norm_eps = o->norm_eps;
     options.hc_eps = o->hc_eps;
     options.num_threads = o->num_threads;
+    options.isa = mhc::Isa(o->isa);  // a value that names no family fails validation
   }
   return options;
 }
@@ -76,7 +77,7 @@ int guarded(Fn fn) {
 
 extern "C" {
 
-mhc_options mhc_default_options(void) { return {1e-6, 1e-6, 0}; }
+mhc_options mhc_default_options(void) { return {1e-6, 1e-6, 0, MHC_ISA_DEFAULT}; }
 
 int mhc_pre_forward(const mhc_tensor* x, const mhc_tensor* phi, const mhc_tensor* alpha,
                     const mhc_tensor* bias, const mhc_tensor* gamma, const mhc_tensor* h_in,
@@ -123,6 +124,14 @@ int mhc_pre_backward(const mhc_tensor* x, const mhc_tensor* phi, const mhc_tenso
 const char* mhc_last_error(void) { return last_error.c_str(); }
 int mhc_last_error_kind(void) { return last_error_kind; }
 const char* mhc_isa(void) { return mhc::isa(); }
+int mhc_set_isa(const char* name) {
+  return guarded([&] { return finish(mhc::set_isa(name)); });
+}
+int mhc_isa_available(const char* name) {
+  for (mhc::Isa isa : {mhc::Isa::amx, mhc::Isa::avx512, mhc::Isa::avx2, mhc::Isa::portable, mhc::Isa::reference})
+    if (name != nullptr && std::string(name) == mhc::isa_name(isa)) return mhc::isa_available(isa) ? 1 : 0;
+  return 0;
+}
 const char* mhc_version(void) { return MHC_VERSION_STRING; }
 
 }  // extern "C"

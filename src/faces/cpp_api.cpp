@@ -5,9 +5,10 @@
 #include <new>
 #include <string>
 
-#include "kernels/kernels.hpp"
 #include "mhc/mhc.hpp"
-#include "ops/operators.hpp"
+#include "ops/isa.hpp"
+#include "ops/pre_backward/pre_backward.hpp"
+#include "ops/pre_forward/pre_forward.hpp"
 #include "runtime/workspace.hpp"
 
 namespace mhc {
@@ -46,8 +47,8 @@ namespace {
 
 // Validated problem -> workspace (the calling thread's, reused across calls) -> run;
 // an allocation failure is reported before any output is written. No exception
-// leaves the C++ face either: the float64 reference (MHC_ISA=reference) allocates
-// its scratch, and may find no memory before it writes anything.
+// leaves the C++ face: the float64 reference allocates its own memory, and may
+// find none before it writes anything.
 template <class Problem, class SizeFn, class RunFn>
 Status allocate_and_run(const Problem& problem, int threads, SizeFn size_of, RunFn run) {
   try {
@@ -68,17 +69,21 @@ Status allocate_and_run(const Problem& problem, int threads, SizeFn size_of, Run
 
 Status pre_forward(const PreForwardInputs& in, const PreForwardOutputs& out, const Options& options) {
   core::ForwardProblem problem;
-  if (Status s = ops::validate_forward(in, out, options, &problem); !s.ok()) return s;
-  return allocate_and_run(problem, options.num_threads, ops::forward_workspace_bytes, ops::run_forward);
+  if (Status s = ops::pre_forward::validate(in, out, options, &problem); !s.ok()) return s;
+  return allocate_and_run(problem, options.num_threads, ops::pre_forward::workspace_bytes, ops::pre_forward::run);
 }
 
 Status pre_backward(const PreBackwardInputs& in, const PreBackwardOutputs& out,
                     const Options& options) {
   core::BackwardProblem problem;
-  if (Status s = ops::validate_backward(in, out, options, &problem); !s.ok()) return s;
-  return allocate_and_run(problem, options.num_threads, ops::backward_workspace_bytes, ops::run_backward);
+  if (Status s = ops::pre_backward::validate(in, out, options, &problem); !s.ok()) return s;
+  return allocate_and_run(problem, options.num_threads, ops::pre_backward::workspace_bytes, ops::pre_backward::run);
 }
 
-const char* isa() { return kernels::selected_name(); }
+const char* isa() { return ops::default_isa_name(); }
+Status set_isa(Isa isa) { return ops::set_default_isa(isa); }
+Status set_isa(const char* name) { return ops::set_default_isa(name); }
+bool isa_available(Isa isa) { return ops::runs_here(isa); }
+const char* isa_name(Isa isa) { return ops::name_of(isa); }
 
 }  // namespace mhc

@@ -22,7 +22,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/kernels.hpp"
 #include "test_util.hpp"
 #include "validation_util.hpp"  // to_c
 
@@ -199,7 +198,7 @@ int overcommit_mode() {
 // (T*F floats twice, ~24 TiB) cannot be had: a runtime error, nothing written.
 TEST(EdgeSizes, WorkspaceBeyondMemoryFailsCleanlyBeforeAnyWrite) {
   if (overcommit_mode() == 1) GTEST_SKIP() << "vm.overcommit_memory=1: a 24 TiB mapping would succeed";
-  if (mhc::kernels::reference_selected() && address_sanitized())
+  if (reference_selected() && address_sanitized())
     GTEST_SKIP() << "the float64 reference allocates with new, which ASan turns into a fatal report";
   const int64_t T = int64_t(1) << 40;
   Reserved grad_x(size_t(T) * 2);
@@ -220,7 +219,7 @@ TEST(EdgeSizes, WorkspaceBeyondMemoryFailsCleanlyBeforeAnyWrite) {
   const mhc::Status st = mhc::pre_backward(in, out);
   EXPECT_EQ(st.code(), mhc::StatusCode::runtime_error) << st.message();
   EXPECT_EQ(st.kind(), mhc::ErrorKind::runtime);
-  if (mhc::kernels::reference_selected()) {
+  if (reference_selected()) {
     EXPECT_EQ(st.message(), "out of memory");
   } else {
     EXPECT_EQ(st.message().rfind("workspace: could not allocate ", 0), 0u) << st.message();
@@ -244,7 +243,7 @@ TEST(EdgeSizes, WorkspaceBeyondMemoryFailsCleanlyBeforeAnyWrite) {
 // int64 (UBSan: plan.cpp) for K = 2^40 and num_threads = INT_MAX. It now clamps to
 // runtime::kMaxThreads; under ASan+UBSan (MHC_ISA=portable) this test guards it.
 TEST(EdgeSizes, PortablePlanWithAbsurdThreadCountDoesNotOverflow) {
-  if (mhc::kernels::reference_selected() && address_sanitized())
+  if (reference_selected() && address_sanitized())
     GTEST_SKIP() << "the float64 reference allocates with new, which ASan turns into a fatal report";
   const int64_t D = int64_t(1) << 40;
   Reserved grad_x(size_t(D) * 2), grad_phi(size_t(D) * 8);

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -19,6 +20,31 @@
 #include "mhc/mhc.hpp"
 
 namespace mhc_test {
+
+// MHC_ISA naming a family this build or CPU cannot run makes every call fail
+// (naming it): the binary's tests are then skipped, saying so.
+struct RequestedFamilyEnvironment : ::testing::Environment {
+  void SetUp() override {
+    const char* want = std::getenv("MHC_ISA");
+    if (want == nullptr || *want == '\0') return;
+    for (mhc::Isa isa : {mhc::Isa::amx, mhc::Isa::avx512, mhc::Isa::avx2, mhc::Isa::portable, mhc::Isa::reference})
+      if (std::string(want) == mhc::isa_name(isa) && mhc::isa_available(isa)) return;
+    if (std::string(want) == "scalar") return;
+    GTEST_SKIP() << "MHC_ISA=" << want << ": not a kernel family this build and CPU run";
+  }
+};
+inline ::testing::Environment* const kRequestedFamilyEnvironment =
+    ::testing::AddGlobalTestEnvironment(new RequestedFamilyEnvironment);
+
+inline bool reference_selected() { return std::string(mhc::isa()) == "reference"; }
+
+// Every family this build and CPU run, best first.
+inline std::vector<mhc::Isa> available_families() {
+  std::vector<mhc::Isa> out;
+  for (mhc::Isa isa : {mhc::Isa::amx, mhc::Isa::avx512, mhc::Isa::avx2, mhc::Isa::portable, mhc::Isa::reference})
+    if (mhc::isa_available(isa)) out.push_back(isa);
+  return out;
+}
 
 using mhc::DType;
 using mhc::TensorView;

@@ -13,10 +13,11 @@
 
 #include "core/dtype.hpp"
 #include "core/problem.hpp"
-#include "kernels/kernels.hpp"
+#include "kernels/reference/reference.hpp"
 #include "kernels/reference/strided_io.hpp"
 #include "mhc/mhc.h"
-#include "ops/operators.hpp"
+#include "ops/pre_backward/pre_backward.hpp"
+#include "ops/pre_forward/pre_forward.hpp"
 
 namespace mhc_fuzz {
 
@@ -728,7 +729,7 @@ void check_accepted_forward(Case& c, const Arena& arena, bool rerun) {
   uint8_t* cb = copy.data();
   ForwardCall call = forward_call(c, cb);
   mhc::core::ForwardProblem p;
-  const mhc::Status s = mhc::ops::validate_forward(call.in, call.out, call.options, &p);
+  const mhc::Status s = mhc::ops::pre_forward::validate(call.in, call.out, call.options, &p);
   if (!s.ok()) fail("forward: validation of the same call on a copy failed: " + s.message());
   const mhc::core::Dims& d = p.dims;
   const int64_t T = d.T, N = d.N, D = d.D, K = d.K, F = d.F, R = d.R;
@@ -808,7 +809,7 @@ void check_accepted_backward(Case& c, const Arena& arena, bool rerun) {
   uint8_t* cb = copy.data();
   BackwardCall call = backward_call(c, cb);
   mhc::core::BackwardProblem p;
-  const mhc::Status s = mhc::ops::validate_backward(call.in, call.out, call.options, &p);
+  const mhc::Status s = mhc::ops::pre_backward::validate(call.in, call.out, call.options, &p);
   if (!s.ok()) fail("backward: validation of the same call on a copy failed: " + s.message());
   const mhc::core::Dims& d = p.dims;
   const int64_t T = d.T, N = d.N, D = d.D, K = d.K, F = d.F, R = d.R;
@@ -1007,10 +1008,10 @@ void run_cpp_target(const uint8_t* data, size_t size, Op op) {
   BackwardCall bcall;
   if (op == Op::forward) {
     fcall = forward_call(c, arena.base);
-    validated = mhc::ops::validate_forward(fcall.in, fcall.out, fcall.options, &fp);
+    validated = mhc::ops::pre_forward::validate(fcall.in, fcall.out, fcall.options, &fp);
   } else {
     bcall = backward_call(c, arena.base);
-    validated = mhc::ops::validate_backward(bcall.in, bcall.out, bcall.options, &bp);
+    validated = mhc::ops::pre_backward::validate(bcall.in, bcall.out, bcall.options, &bp);
   }
   MHC_FUZZ_CHECK(arena.unchanged(), "validation wrote to the arena");
   if (!validated.ok()) {
@@ -1022,8 +1023,8 @@ void run_cpp_target(const uint8_t* data, size_t size, Op op) {
   if (validated.ok() && !all_inside(c, arena)) {
     // A pointer carries no size: the C++ face cannot see that these views leave
     // the arena, so the call is not made. Sizing it must still be safe.
-    if (op == Op::forward) (void)mhc::ops::forward_workspace_bytes(fp, c.problem.threads);
-    else (void)mhc::ops::backward_workspace_bytes(bp, c.problem.threads);
+    if (op == Op::forward) (void)mhc::ops::pre_forward::workspace_bytes(fp, c.problem.threads);
+    else (void)mhc::ops::pre_backward::workspace_bytes(bp, c.problem.threads);
     return;
   }
 

@@ -8,7 +8,8 @@
 #include <utility>
 
 #include "faces/aclnn/face.hpp"
-#include "ops/operators.hpp"
+#include "ops/pre_backward/pre_backward.hpp"
+#include "ops/pre_forward/pre_forward.hpp"
 
 namespace mhc::aclnn {
 namespace {
@@ -20,7 +21,7 @@ constexpr uint64_t kAlignmentSlack = 64;
 struct Executor {
   std::string run_op;  // the only run call that may take this executor
   Problem problem;
-  size_t core_bytes = 0;     // what mhc::ops::run_* needs
+  size_t core_bytes = 0;     // what mhc::ops::pre_*::run needs
   uint64_t asked_bytes = 0;  // what the first phase reported
 };
 
@@ -108,8 +109,8 @@ aclnnStatus run_executor(const char* op, void* workspace, uint64_t workspace_siz
   // The stream is synchronous: run now, on the calling thread and the pool.
   const Status status =
       std::holds_alternative<core::ForwardProblem>(e->problem)
-          ? ops::run_forward(std::get<core::ForwardProblem>(e->problem), aligned, e->core_bytes, 0)
-          : ops::run_backward(std::get<core::BackwardProblem>(e->problem), aligned, e->core_bytes, 0);
+          ? ops::pre_forward::run(std::get<core::ForwardProblem>(e->problem), aligned, e->core_bytes, 0)
+          : ops::pre_backward::run(std::get<core::BackwardProblem>(e->problem), aligned, e->core_bytes, 0);
   return from_status(op, status);
 }
 

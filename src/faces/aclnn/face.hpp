@@ -1,7 +1,7 @@
 // Internals of the aclnn face (libmhc_aclnn): error messages, handle registries,
 // aclTensor -> mhc::TensorView translation and executors. The face translates
 // CANN's arguments into the operator layer's and nothing more: every shape and
-// dtype rule is mhc::ops::validate_*'s.
+// dtype rule is mhc::ops::pre_*::validate's.
 #pragma once
 
 #include <cstdint>

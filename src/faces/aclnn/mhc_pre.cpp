@@ -1,13 +1,14 @@
 // aclnnMhcPre / aclnnMhcPreV2: MhcPre (forward) behind CANN's two-phase API.
 // Order of checks (SPEC §7): opImplMode (V2) -> NULL required tensors and
 // result pointers (161001) -> what only aclTensors can get wrong (161002) ->
-// mhc::ops::validate_forward (its code, its message naming the tensor).
+// mhc::ops::pre_forward::validate (its code, its message naming the tensor).
 #include <string>
 
 #include "aclnnop/aclnn_mhc_pre.h"
 #include "aclnnop/aclnn_mhc_pre_v2.h"
 #include "faces/aclnn/face.hpp"
-#include "ops/operators.hpp"
+#include "ops/pre_backward/pre_backward.hpp"
+#include "ops/pre_forward/pre_forward.hpp"
 
 namespace mhc::aclnn {
 
@@ -41,8 +42,8 @@ aclnnStatus forward_workspace(const char* op, const char* run_op, const aclTenso
   options.norm_eps = norm_eps;
   options.hc_eps = hc_eps;
   core::ForwardProblem problem;
-  ACLNN_RETURN_IF_ERROR(from_status(op, ops::validate_forward(in, out, options, &problem)));
-  const size_t bytes = ops::forward_workspace_bytes(problem);
+  ACLNN_RETURN_IF_ERROR(from_status(op, ops::pre_forward::validate(in, out, options, &problem)));
+  const size_t bytes = ops::pre_forward::workspace_bytes(problem);
   return create_executor(run_op, problem, bytes, workspace_size, executor);
 }
 

@@ -7,7 +7,8 @@
 #include "aclnnop/aclnn_mhc_pre_backward.h"
 #include "aclnnop/aclnn_mhc_pre_backward_v2.h"
 #include "faces/aclnn/face.hpp"
-#include "ops/operators.hpp"
+#include "ops/pre_backward/pre_backward.hpp"
+#include "ops/pre_forward/pre_forward.hpp"
 
 namespace mhc::aclnn {
 namespace {
@@ -56,8 +57,8 @@ aclnnStatus backward_workspace(const char* op, const char* run_op, const Backwar
   Options options;
   options.hc_eps = a.hc_eps;  // float in CANN's signature, widened exactly
   core::BackwardProblem problem;
-  ACLNN_RETURN_IF_ERROR(from_status(op, ops::validate_backward(in, out, options, &problem)));
-  const size_t bytes = ops::backward_workspace_bytes(problem);
+  ACLNN_RETURN_IF_ERROR(from_status(op, ops::pre_backward::validate(in, out, options, &problem)));
+  const size_t bytes = ops::pre_backward::workspace_bytes(problem);
   return create_executor(run_op, problem, bytes, a.workspace_size, a.executor);
 }
 

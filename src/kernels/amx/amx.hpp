@@ -4,13 +4,14 @@
 
 #include <cstdint>
 
-#include "kernels/kernels.hpp"
+#include "kernels/pre_forward.hpp"
+#include "kernels/registry.hpp"
 
 namespace mhc::kernels::amx {
 
 // Most tokens per forward item on the tile path: the packed phi (3 bf16 parts) is
 // read from L3 once per item, so items are longer than the SIMD family's
-// (plan::kTokensPerItem); plan_forward cuts short calls finer. Items of long
+// (kTokensPerItem); the driver cuts short calls finer. Items of long
 // tokens are halved so that an item's x stays within kItemXBytes, which h_in
 // reads a second time: at shape b (K = 28672, 14 MiB of x per 256 tokens)
 // mhc-bench's forward took 118-128 ms against 126-148 with 256 tokens.
@@ -23,9 +24,9 @@ inline constexpr int64_t kItemXBytes = int64_t(8) << 20;
 bool forward_uses_tiles(const core::ForwardProblem& p);
 
 int64_t forward_item_tokens(const core::ForwardProblem& p);
-int64_t forward_shared_floats(const core::ForwardProblem& p);
+int64_t forward_prepared_bytes(const core::ForwardProblem& p);
 int64_t forward_scratch_floats(const core::Dims& d);
-void forward_prepare(const ForwardArgs& args, int64_t part, int64_t parts);
-void forward_tokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker);
+bool forward_prepare(const core::ForwardProblem& p, void* prepared, int64_t part, int64_t parts);
+void forward_tokens(const ForwardItem& item, int64_t t0, int64_t t1);
 
 }  // namespace mhc::kernels::amx

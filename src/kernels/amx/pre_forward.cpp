@@ -325,27 +325,19 @@ constexpr int64_t kAccFloats = kItemTokens * 16 * kMaxFTiles, kSqFloats = kItemT
 ItemScratch lay_out(float* base) {
   ItemScratch s;
   s.acc = base;
-  s.sq = s.acc + plan::align16(kAccFloats);
-  s.staging = reinterpret_cast<uint16_t*>(s.sq + plan::align16(kSqFloats));
-  s.row = reinterpret_cast<uint16_t*>(s.sq + plan::align16(kSqFloats) + plan::align16(kStagingFloats));
-  s.h_pre = s.sq + plan::align16(kSqFloats) + plan::align16(kStagingFloats) + plan::align16(kRowFloats);
+  s.sq = s.acc + align16(kAccFloats);
+  s.staging = reinterpret_cast<uint16_t*>(s.sq + align16(kSqFloats));
+  s.row = reinterpret_cast<uint16_t*>(s.sq + align16(kSqFloats) + align16(kStagingFloats));
+  s.h_pre = s.sq + align16(kSqFloats) + align16(kStagingFloats) + align16(kRowFloats);
   return s;
 }
 
 // The once-per-call operands: packed phi.gamma (more than kFewTokens tokens) or
 // the few tokens' m (computed by the preparation's parts, a share of the C tiles
-// each); then the parts' flags: [0] the number of parts, [1 + part] 1 when its
-// share of phi.gamma was finite.
+// each).
 int64_t prepared_floats(const core::ForwardProblem& p) {
   const Geometry g = geometry(p.dims, p.x.dtype);
-  return p.dims.T <= kFewTokens ? plan::align16(kFewTokens * g.m_stride()) : plan::align16(g.steps * g.step_dwords());
-}
-
-bool prepared_finite(const ForwardArgs& args) {
-  const float* flags = args.shared() + prepared_floats(*args.problem);
-  bool finite = true;
-  for (int i = 0; i < int(flags[0]); ++i) finite = finite && flags[1 + i] == 1.0f;
-  return finite;
+  return p.dims.T <= kFewTokens ? align16(kFewTokens * g.m_stride()) : align16(g.steps * g.step_dwords());
 }
 
 }  // namespace
@@ -358,24 +350,23 @@ bool forward_uses_tiles(const core::ForwardProblem& p) {
 }
 
 int64_t forward_item_tokens(const core::ForwardProblem& p) {
-  if (!forward_uses_tiles(p)) return plan::kTokensPerItem;
+  if (!forward_uses_tiles(p)) return kTokensPerItem;
   const int64_t item_x_bytes = kItemTokens * p.dims.K * core::element_size(p.x.dtype);
   return item_x_bytes <= kItemXBytes ? kItemTokens : kItemTokens / 2;
 }
 
-int64_t forward_shared_floats(const core::ForwardProblem& p) {
+int64_t forward_prepared_bytes(const core::ForwardProblem& p) {
   if (!forward_uses_tiles(p) || p.dims.T == 0) return 0;
-  return prepared_floats(p) + plan::align16(1 + kMaxPrepareParts);
+  return prepared_floats(p) * int64_t(sizeof(float));
 }
 
 int64_t forward_scratch_floats(const core::Dims& d) {
-  const int64_t own = plan::align16(kAccFloats) + plan::align16(kSqFloats) + plan::align16(kStagingFloats) +
-                      plan::align16(kRowFloats) + plan::align16(d.N);
-  return std::max(own, simd::forward_scratch_floats(d));
+  const int64_t own = align16(kAccFloats) + align16(kSqFloats) + align16(kStagingFloats) +
+                      align16(kRowFloats) + align16(d.N);
+  return std::max(own, simd::pre_forward(Isa::avx512)->scratch_floats(d));
 }
 
-void forward_prepare(const ForwardArgs& args, int64_t part, int64_t parts) {
-  const core::ForwardProblem& p = *args.problem;
+bool forward_prepare(const core::ForwardProblem& p, void* prepared, int64_t part, int64_t parts) {
   const Geometry g = geometry(p.dims, p.x.dtype);
   bool finite = true;
   if (p.dims.T <= kFewTokens) {  // this part's share of the C tiles, for every token
@@ -383,22 +374,20 @@ void forward_prepare(const ForwardArgs& args, int64_t part, int64_t parts) {
     if (tile1 > tile0) {
       FewStaging staging;  // 40 KiB on the worker's stack
       XSource x{&p, false, 0, nullptr, nullptr};
-      finite = few_tokens(p, g, x, 0, p.dims.T, tile0, tile1 - tile0, args.shared(), staging);
+      finite = few_tokens(p, g, x, 0, p.dims.T, tile0, tile1 - tile0, static_cast<float*>(prepared), staging);
     }
   } else {
     finite = pack_steps(p, g, g.steps * part / parts, g.steps * (part + 1) / parts,
-                        reinterpret_cast<uint32_t*>(args.shared()));
+                        static_cast<uint32_t*>(prepared));
   }
-  float* flags = args.shared() + prepared_floats(p);
-  flags[1 + part] = finite ? 1.0f : 0.0f;
-  if (part == 0) flags[0] = float(parts);
+  return finite;
 }
 
-void forward_tokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) {
-  const core::ForwardProblem& p = *args.problem;
-  if (!forward_uses_tiles(p)) return simd::forward_tokens(args, t0, t1, worker);
+void forward_tokens(const ForwardItem& item, int64_t t0, int64_t t1) {
+  const core::ForwardProblem& p = *item.problem;
+  if (!forward_uses_tiles(p)) return simd::pre_forward(Isa::avx512)->tokens(item, t0, t1);
   const Geometry g = geometry(p.dims, p.x.dtype);
-  const ItemScratch s = lay_out(args.scratch(worker));
+  const ItemScratch s = lay_out(item.scratch);
   // Padding rows start at zero; later they may hold earlier groups' rows, which
   // reach only C rows past the item's tokens (a row of C depends on its row of A).
   std::memset(s.staging, 0, 4 * 16 * kStep * sizeof(uint16_t));
@@ -407,21 +396,27 @@ void forward_tokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker)
   x.direct = x_direct(p.x, p.dims, &x.token_bytes);
   float* m = s.acc;
   if (p.dims.T <= kFewTokens) {  // m from the preparation; the squares here
-    m = args.shared() + t0 * g.m_stride();
+    m = static_cast<float*>(item.prepared->data) + t0 * g.m_stride();
     token_squares(g, x, t0, t1, s.row, s.sq);
   } else {
-    gemm(g, x, reinterpret_cast<const uint32_t*>(args.shared()), t0, t1, m, s.sq);
+    gemm(g, x, static_cast<const uint32_t*>(item.prepared->data), t0, t1, m, s.sq);
   }
   // One product at a time, in SPEC's order, where a bf16 part that is exactly 0
   // (or a bf16 x that the tiles flush to 0) may meet Inf: x not finite (its sum of
   // squares tells), or phi.gamma not finite.
-  const bool all_scalar = !prepared_finite(args);
+  const bool all_scalar = !item.prepared->all_finite();
   for (int64_t t = t0; t < t1; ++t) {
     float lanes[16];
     std::copy_n(s.sq + (t - t0) * 16, 16, lanes);
     if (all_scalar || !std::isfinite(fold16(lanes))) token_m_scalar(p, t, m + (t - t0) * g.m_stride());
   }
-  simd::forward_finish_tokens(p, t0, t1, m, g.m_stride(), s.sq, s.h_pre);
+  simd::finish_tokens(Isa::avx512)(p, t0, t1, m, g.m_stride(), s.sq, s.h_pre);
 }
+
+const PreForwardKernels kPreForward = {.scratch_floats = forward_scratch_floats,
+                                       .tokens = forward_tokens,
+                                       .item_tokens = forward_item_tokens,
+                                       .prepared_bytes = forward_prepared_bytes,
+                                       .prepare = forward_prepare};
 
 }  // namespace mhc::kernels::amx

@@ -7,7 +7,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/kernels.hpp"
+#include "kernels/pre_backward.hpp"
+#include "kernels/pre_forward.hpp"
 
 namespace mhc::kernels {
 
@@ -49,13 +50,13 @@ inline float forward_token_finish(const core::ForwardProblem& p, int64_t t, floa
 }
 
 // Backward, token t: from g_pre[N] (= dL/dh_pre), write G = dL/dm, c, gz and the
-// grad_alpha terms of the token into the workspace.
-inline void backward_token_finish(const BackwardArgs& args, int64_t t, const float* g_pre) {
-  const core::BackwardProblem& p = *args.problem;
-  const plan::BackwardPlan& plan = *args.plan;
+// grad_alpha terms of the token into the buffers.
+inline void backward_token_finish(const BackwardStep& step, int64_t t, const float* g_pre) {
+  const core::BackwardProblem& p = *step.problem;
+  const BackwardBuffers& b = *step.buffers;
   const core::Dims& d = p.dims;
-  float* gz = args.workspace + plan.off_gz + t * d.F;
-  float* G = args.workspace + plan.off_G + t * d.F;
+  float* gz = b.gz + t * d.F;
+  float* G = b.G + t * d.F;
   const float alpha[3] = {p.alpha.load(p.alpha.at(0, 0)), p.alpha.load(p.alpha.at(0, 1)),
                           d.two_entry_alpha ? 0.0f : p.alpha.load(p.alpha.at(0, 2))};
   const float hc_eps = float(p.hc_eps);
@@ -85,8 +86,8 @@ inline void backward_token_finish(const BackwardArgs& args, int64_t t, const flo
     alpha_terms[branch] += gz[f] * (r * m);
   }
   const float g_r = fold16(g_r_lanes);  // dL/dr
-  args.workspace[plan.off_c + t] = -(r * r * r) * g_r / float(d.K);
-  std::memcpy(args.workspace + plan.off_alpha_terms + 3 * t, alpha_terms, sizeof alpha_terms);
+  b.c[t] = -(r * r * r) * g_r / float(d.K);
+  std::memcpy(b.alpha_terms + 3 * t, alpha_terms, sizeof alpha_terms);
 }
 
 }  // namespace mhc::kernels

@@ -6,42 +6,48 @@
 #include <cstring>
 
 #include "kernels/common/token_math.hpp"
-#include "kernels/kernels.hpp"
+#include "kernels/registry.hpp"
 #include "kernels/portable/blocked_sum.hpp"
 
 namespace mhc::kernels::portable {
 
-void backward_token_stats(const BackwardArgs& args, int64_t, int64_t t0, int64_t t1, int worker) {
-  const core::BackwardProblem& p = *args.problem;
+namespace {
+
+int64_t backward_scratch_floats(const core::Dims& d) {
+  const int64_t token_stats = align16(d.K) + align16(d.D) + align16(d.N);  // v, grad_h_in, g_pre
+  const int64_t columns = (d.F + 1) * kColumnsPerItem;                     // chunk sums
+  return std::max(token_stats, columns);
+}
+
+void backward_token_stats(const BackwardStep& step, int64_t, int64_t t0, int64_t t1) {
+  const core::BackwardProblem& p = *step.problem;
   const core::Dims& d = p.dims;
-  float* v = args.scratch(worker);                     // [K] token as fp32
-  float* grad_h_in = v + plan::align16(d.K);           // [D]
-  float* g_pre = grad_h_in + plan::align16(d.D);       // [N] dL/dh_pre
+  float* v = step.scratch;                   // [K] token as fp32
+  float* grad_h_in = v + align16(d.K);       // [D]
+  float* g_pre = grad_h_in + align16(d.D);   // [N] dL/dh_pre
   for (int64_t t = t0; t < t1; ++t) {
     for (int64_t n = 0; n < d.N; ++n)
       for (int64_t j = 0; j < d.D; ++j) v[n * d.D + j] = p.x.load(p.x.at(t, n, j));
     for (int64_t j = 0; j < d.D; ++j) grad_h_in[j] = p.grad_h_in.load(p.grad_h_in.at(t, 0, j));
     for (int64_t n = 0; n < d.N; ++n) g_pre[n] = dot(v + n * d.D, grad_h_in, 1, d.D);
-    backward_token_finish(args, t, g_pre);
+    backward_token_finish(step, t, g_pre);
   }
 }
 
-void backward_columns(const BackwardArgs& args, int64_t t0, int64_t t1, const plan::ColumnItem& item,
-                      int worker) {
-  const core::BackwardProblem& p = *args.problem;
-  const plan::BackwardPlan& plan = *args.plan;
+void backward_columns(const BackwardStep& step, int64_t t0, int64_t t1, const ColumnItem& item) {
+  const core::BackwardProblem& p = *step.problem;
   const core::Dims& d = p.dims;
   const int64_t width = item.d1 - item.d0, k0 = item.n * d.D + item.d0;  // <= kColumnsPerItem
-  const float* G_all = args.workspace + plan.off_G;
-  const float* c_all = args.workspace + plan.off_c;
-  float* phi_total = args.phi_total();
-  float* gamma_total = args.gamma_total();
+  const float* G_all = step.buffers->G;
+  const float* c_all = step.buffers->c;
+  float* phi_total = step.phi_total();
+  float* gamma_total = step.gamma_total();
   // This chunk's sums, [F][width] and [width], in the worker's scratch.
-  float* phi_partial = args.scratch(worker);
+  float* phi_partial = step.scratch;
   float* gamma_partial = phi_partial + d.F * width;
   const float* phi = static_cast<const float*>(p.phi.data);
 
-  float v[plan::kColumnsPerItem], gu[plan::kColumnsPerItem], gamma[plan::kColumnsPerItem];
+  float v[kColumnsPerItem], gu[kColumnsPerItem], gamma[kColumnsPerItem];
   for (int64_t i = 0; i < width; ++i)
     gamma[i] = p.gamma.present() ? p.gamma.load(p.gamma.at(item.n, item.d0 + i)) : 1.0f;
   std::fill_n(phi_partial, d.F * width + width, 0.0f);
@@ -75,5 +81,17 @@ void backward_columns(const BackwardArgs& args, int64_t t0, int64_t t1, const pl
     for (int64_t i = 0; i < width; ++i) phi_total[f * d.K + k0 + i] += phi_partial[f * width + i];
   for (int64_t i = 0; i < width; ++i) gamma_total[k0 + i] += gamma_partial[i];
 }
+
+int64_t no_chunk_floats(const core::BackwardProblem&) { return 0; }
+
+}  // namespace
+
+const PreBackwardKernels kPreBackward = {.scratch_floats = backward_scratch_floats,
+                                         .chunk_floats = no_chunk_floats,
+                                         .token_stats = backward_token_stats,
+                                         .columns = backward_columns,
+                                         .rows = nullptr,
+                                         .finish_columns = finish_columns_scalar,
+                                         .finish_sums = finish_sums_scalar};
 
 }  // namespace mhc::kernels::portable

@@ -2,18 +2,24 @@
 #include <cmath>
 
 #include "kernels/common/token_math.hpp"
-#include "kernels/kernels.hpp"
+#include "kernels/registry.hpp"
 #include "kernels/portable/blocked_sum.hpp"
 
 namespace mhc::kernels::portable {
 
-void forward_tokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) {
-  const core::ForwardProblem& p = *args.problem;
+namespace {
+
+int64_t forward_scratch_floats(const core::Dims& d) {  // v, u = v*gamma, m, h_pre
+  return 2 * align16(d.K) + align16(d.F) + align16(d.N);
+}
+
+void forward_tokens(const ForwardItem& item, int64_t t0, int64_t t1) {
+  const core::ForwardProblem& p = *item.problem;
   const core::Dims& d = p.dims;
-  float* v = args.scratch(worker);          // [K] token as fp32
-  float* u = v + plan::align16(d.K);        // [K] v * gamma
-  float* m = u + plan::align16(d.K);        // [F] h_mix
-  float* h_pre = m + plan::align16(d.F);    // [N]
+  float* v = item.scratch;          // [K] token as fp32
+  float* u = v + align16(d.K);      // [K] v * gamma
+  float* m = u + align16(d.K);      // [F] h_mix
+  float* h_pre = m + align16(d.F);  // [N]
   const float* phi = static_cast<const float*>(p.phi.data);
   for (int64_t t = t0; t < t1; ++t) {
     for (int64_t n = 0; n < d.N; ++n)
@@ -33,5 +39,9 @@ void forward_tokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker)
     }
   }
 }
+
+}  // namespace
+
+const PreForwardKernels kPreForward = {.scratch_floats = forward_scratch_floats, .tokens = forward_tokens};
 
 }  // namespace mhc::kernels::portable

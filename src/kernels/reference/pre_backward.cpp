@@ -2,7 +2,7 @@
 // float64, sums over tokens in token order.
 #include <cmath>
 
-#include "kernels/kernels.hpp"
+#include "kernels/registry.hpp"
 #include "kernels/reference/reference.hpp"
 #include "kernels/reference/strided_io.hpp"
 

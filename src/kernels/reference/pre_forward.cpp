@@ -1,7 +1,7 @@
 // Reference MhcPre (SPEC §2): one token at a time, everything in float64.
 #include <cmath>
 
-#include "kernels/kernels.hpp"
+#include "kernels/registry.hpp"
 #include "kernels/reference/reference.hpp"
 #include "kernels/reference/strided_io.hpp"
 
@@ -56,26 +56,30 @@ ForwardOutputs64 forward(const ForwardInputs64& in) {
   return out;
 }
 
-void pre_forward(const core::ForwardProblem& p) {
-  const core::Dims& d = p.dims;
+// Tokens [t0, t1) of a problem, through forward(): its tokens are independent.
+void pre_forward_tokens(const core::ForwardProblem& p, int64_t t0, int64_t t1) {
+  core::Dims d = p.dims;
+  d.T = t1 - t0;
   ForwardInputs64 in;
   in.dims = d;
   in.norm_eps = p.norm_eps;
   in.hc_eps = p.hc_eps;
-  in.x = gather_tokens(p.x, d.T, d.N, d.D);
+  in.x = gather_tokens(p.x, d.T, d.N, d.D, t0);
   in.phi = gather_plain(p.phi, d.F, d.K);
   in.alpha = gather_plain(p.alpha, 1, d.two_entry_alpha ? 2 : 3);
   in.bias = gather_plain(p.bias, 1, d.F);
   if (p.gamma.present()) in.gamma = gather_plain(p.gamma, d.N, d.D);
   const ForwardOutputs64 out = forward(in);
-  scatter_tokens(p.h_in, out.h_in, d.T, 1, d.D);
-  scatter_tokens(p.h_post, out.h_post, d.T, 1, d.N);
-  if (p.h_res.present()) scatter_residual(p.h_res, out.h_res, d.T, d.R);
+  scatter_tokens(p.h_in, out.h_in, d.T, 1, d.D, t0);
+  scatter_tokens(p.h_post, out.h_post, d.T, 1, d.N, t0);
+  if (p.h_res.present()) scatter_residual(p.h_res, out.h_res, d.T, d.R, t0);
   if (p.h_mix.present()) {
-    scatter_tokens(p.inv_rms, out.inv_rms, d.T, 1, 1);
-    scatter_tokens(p.h_mix, out.h_mix, d.T, 1, d.F);
-    scatter_tokens(p.h_pre, out.h_pre, d.T, 1, d.N);
+    scatter_tokens(p.inv_rms, out.inv_rms, d.T, 1, 1, t0);
+    scatter_tokens(p.h_mix, out.h_mix, d.T, 1, d.F, t0);
+    scatter_tokens(p.h_pre, out.h_pre, d.T, 1, d.N, t0);
   }
 }
+
+void pre_forward(const core::ForwardProblem& p) { pre_forward_tokens(p, 0, p.dims.T); }
 
 }  // namespace mhc::reference

@@ -39,4 +39,11 @@ struct BackwardOutputs64 {
 };
 BackwardOutputs64 backward(const BackwardInputs64& in);
 
+// The same over a validated problem's strided tensors, results stored in the
+// output dtypes: every token, or tokens [t0, t1) of the forward. Unlike the
+// production kernels these allocate their own memory.
+void pre_forward(const core::ForwardProblem& problem);
+void pre_forward_tokens(const core::ForwardProblem& problem, int64_t t0, int64_t t1);
+void pre_backward(const core::BackwardProblem& problem);
+
 }  // namespace mhc::reference

@@ -11,17 +11,18 @@
 namespace mhc::reference {
 
 // Per-token [T, I, J] (I*J elements a token; [T,N,D] for x, [T,1,D] for h_in ...).
-inline std::vector<double> gather_tokens(const core::Strided& s, int64_t T, int64_t I, int64_t J) {
+// Tokens [t0, t0 + T).
+inline std::vector<double> gather_tokens(const core::Strided& s, int64_t T, int64_t I, int64_t J, int64_t t0 = 0) {
   std::vector<double> out(size_t(T * I * J));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < I; ++i)
-      for (int64_t j = 0; j < J; ++j) out[(t * I + i) * J + j] = s.load(s.at(t, i, j));
+      for (int64_t j = 0; j < J; ++j) out[(t * I + i) * J + j] = s.load(s.at(t0 + t, i, j));
   return out;
 }
-inline std::vector<double> gather_residual(const core::Strided& s, int64_t T, int64_t R) {
+inline std::vector<double> gather_residual(const core::Strided& s, int64_t T, int64_t R, int64_t t0 = 0) {
   std::vector<double> out(size_t(T * R));
   for (int64_t t = 0; t < T; ++t)
-    for (int64_t r = 0; r < R; ++r) out[t * R + r] = s.load(s.residual_at(t, r));
+    for (int64_t r = 0; r < R; ++r) out[t * R + r] = s.load(s.residual_at(t0 + t, r));
   return out;
 }
 inline std::vector<double> gather_plain(const core::Strided& s, int64_t I, int64_t J) {
@@ -30,14 +31,16 @@ inline std::vector<double> gather_plain(const core::Strided& s, int64_t I, int64
     for (int64_t j = 0; j < J; ++j) out[i * J + j] = s.load(s.at(i, j));
   return out;
 }
-inline void scatter_tokens(const core::Strided& s, const std::vector<double>& v, int64_t T, int64_t I, int64_t J) {
+inline void scatter_tokens(const core::Strided& s, const std::vector<double>& v, int64_t T, int64_t I, int64_t J,
+                           int64_t t0 = 0) {
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < I; ++i)
-      for (int64_t j = 0; j < J; ++j) s.store(s.at(t, i, j), float(v[(t * I + i) * J + j]));
+      for (int64_t j = 0; j < J; ++j) s.store(s.at(t0 + t, i, j), float(v[(t * I + i) * J + j]));
 }
-inline void scatter_residual(const core::Strided& s, const std::vector<double>& v, int64_t T, int64_t R) {
+inline void scatter_residual(const core::Strided& s, const std::vector<double>& v, int64_t T, int64_t R,
+                             int64_t t0 = 0) {
   for (int64_t t = 0; t < T; ++t)
-    for (int64_t r = 0; r < R; ++r) s.store(s.residual_at(t, r), float(v[t * R + r]));
+    for (int64_t r = 0; r < R; ++r) s.store(s.residual_at(t0 + t, r), float(v[t * R + r]));
 }
 inline void scatter_plain(const core::Strided& s, const std::vector<double>& v, int64_t I, int64_t J) {
   for (int64_t i = 0; i < I; ++i)

@@ -19,7 +19,6 @@
 #include "hwy/cache_control.h"  // FlushStream
 #include "hwy/highway.h"
 #include "kernels/common/token_math.hpp"
-#include "kernels/kernels.hpp"
 #include "kernels/simd/simd.hpp"
 #include "kernels/simd/vec-inl.h"
 
@@ -38,9 +37,9 @@ constexpr int kBlockRows = HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 ? 6 
 // hardware prefetchers follow. (With [strip][token][lane], the row phases stepped
 // 4 KiB per vector and every load missed.) A token's row in a block is padded by
 // a cache line, so that the rows of tokens a few apart do not alias in L1.
-constexpr int64_t kStripsPerBlock = plan::kColumnsPerItem / hn::MaxLanes(DF());
-constexpr int64_t kTokenFloats = plan::kColumnsPerItem + 16;
-constexpr int64_t kBlockFloats = plan::kTokensPerChunk * kTokenFloats;
+constexpr int64_t kStripsPerBlock = kColumnsPerItem / hn::MaxLanes(DF());
+constexpr int64_t kTokenFloats = kColumnsPerItem + 16;
+constexpr int64_t kBlockFloats = kTokensPerChunk * kTokenFloats;
 
 struct Tiles {
   int64_t L, blocks_per_stream;
@@ -49,7 +48,7 @@ struct Tiles {
   float* gu;      // gu, then y = gamma*gu + c*v
   // The element offset in v, and the address in gu, of strip s (counted in stream n) of the chunk's token t.
   int64_t v_at(int64_t n, int64_t s, int64_t t) const {
-    return ((n * blocks_per_stream + s / kStripsPerBlock) * plan::kTokensPerChunk + t) * v_row +
+    return ((n * blocks_per_stream + s / kStripsPerBlock) * kTokensPerChunk + t) * v_row +
            (s % kStripsPerBlock) * L;
   }
   float* gu_at(int64_t n, int64_t s, int64_t t) const {
@@ -59,23 +58,23 @@ struct Tiles {
 };
 
 // Elements of a token's row of the v tile: the item's columns and a cache line.
-static int64_t VRow(int64_t element_bytes) { return plan::kColumnsPerItem + 64 / element_bytes; }
+static int64_t VRow(int64_t element_bytes) { return kColumnsPerItem + 64 / element_bytes; }
 
 // Blocks of each tile: one per column item.
-static int64_t TileBlocks(const core::Dims& d) { return d.N * plan::ceil_div(d.D, plan::kColumnsPerItem); }
+static int64_t TileBlocks(const core::Dims& d) { return d.N * ceil_div(d.D, kColumnsPerItem); }
 
 // Floats of the v tile (x's dtype), with a line after it, then of the gu tile.
 static int64_t VTileFloats(const core::Dims& d, int64_t element_bytes) {
-  return plan::align16(plan::ceil_div(TileBlocks(d) * plan::kTokensPerChunk * VRow(element_bytes) * element_bytes, 4)) +
+  return align16(ceil_div(TileBlocks(d) * kTokensPerChunk * VRow(element_bytes) * element_bytes, 4)) +
          16;
 }
 static int64_t GuTileFloats(const core::Dims& d) { return TileBlocks(d) * kBlockFloats; }
 
-static Tiles TilesOf(const BackwardArgs& args) {
-  const core::Dims& d = args.problem->dims;
-  float* base = args.chunk_buffers();
-  const int64_t element_bytes = core::element_size(args.problem->x.dtype);
-  return {int64_t(hn::Lanes(DF())), plan::ceil_div(d.D, plan::kColumnsPerItem), VRow(element_bytes),
+static Tiles TilesOf(const BackwardStep& step) {
+  const core::Dims& d = step.problem->dims;
+  float* base = step.chunk();
+  const int64_t element_bytes = core::element_size(step.problem->x.dtype);
+  return {int64_t(hn::Lanes(DF())), ceil_div(d.D, kColumnsPerItem), VRow(element_bytes),
           reinterpret_cast<char*>(base), base + VTileFloats(d, element_bytes)};
 }
 
@@ -84,16 +83,16 @@ int64_t BackwardChunkFloats(const core::BackwardProblem& p) {
 }
 
 int64_t BackwardScratchFloats(const core::Dims& d) {
-  return kBlockRows * hn::Lanes(DF()) + plan::align16(d.N);  // zero-padded phi block; g_pre
+  return kBlockRows * hn::Lanes(DF()) + align16(d.N);  // zero-padded phi block; g_pre
 }
 
-void BackwardTokenStats(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t t1, int worker) {
-  const core::BackwardProblem& p = *args.problem;
+void BackwardTokenStats(const BackwardStep& step, int64_t chunk0, int64_t t0, int64_t t1) {
+  const core::BackwardProblem& p = *step.problem;
   const core::Dims& d = p.dims;
   const DF df;
-  const Tiles tiles = TilesOf(args);
+  const Tiles tiles = TilesOf(step);
   const int64_t L = tiles.L, full = d.D / L * L;
-  float* g_pre = args.scratch(worker) + kBlockRows * L;
+  float* g_pre = step.scratch + kBlockRows * L;
   const int64_t xs = p.x.stride[3], ghs = p.grad_h_in.stride[3];
   const bool unit = xs == 1 && ghs == 1;
   WithDType(p.x.dtype, [&]<DType T>() {  // grad_h_in has x's dtype
@@ -117,7 +116,7 @@ void BackwardTokenStats(const BackwardArgs& args, int64_t chunk0, int64_t t0, in
         }
         g_pre[n] = FoldLanes(df, lanes);
       }
-      backward_token_finish(args, t, g_pre);
+      backward_token_finish(step, t, g_pre);
     }
   });
 }
@@ -209,19 +208,17 @@ static void RunStripBlock(int rows, const float* G_chunk, int64_t F, int64_t tok
 #undef MHC_STRIP_CASE
 }
 
-void BackwardColumns(const BackwardArgs& args, int64_t t0, int64_t t1, const plan::ColumnItem& item,
-                     int worker) {
-  const core::BackwardProblem& p = *args.problem;
-  const plan::BackwardPlan& plan = *args.plan;
+void BackwardColumns(const BackwardStep& step, int64_t t0, int64_t t1, const ColumnItem& item) {
+  const core::BackwardProblem& p = *step.problem;
   const core::Dims& d = p.dims;
   const DF df;
-  const Tiles tiles = TilesOf(args);
+  const Tiles tiles = TilesOf(step);
   const int64_t L = tiles.L, tokens = t1 - t0;
-  float* phi_padded = args.scratch(worker);  // [kBlockRows][L]
-  const float* G_chunk = args.workspace + plan.off_G + t0 * d.F;
-  const float* c_chunk = args.workspace + plan.off_c + t0;
-  float* phi_total = args.phi_total();
-  float* gamma_total = args.gamma_total();
+  float* phi_padded = step.scratch;  // [kBlockRows][L]
+  const float* G_chunk = step.buffers->G + t0 * d.F;
+  const float* c_chunk = step.buffers->c + t0;
+  float* phi_total = step.phi_total();
+  float* gamma_total = step.gamma_total();
   const float* phi = static_cast<const float*>(p.phi.data);
   const int64_t phi_cs = p.phi.stride[3];  // column stride of phi
 
@@ -263,11 +260,11 @@ void BackwardColumns(const BackwardArgs& args, int64_t t0, int64_t t1, const pla
 
 // grad_x = h_pre[n] grad_h_in + y + grad_x_post (y = gamma gu + c v, left in
 // the gu tile by the column phase's last block of rows), token by token.
-void BackwardRows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t t1, int) {
-  const core::BackwardProblem& p = *args.problem;
+void BackwardRows(const BackwardStep& step, int64_t chunk0, int64_t t0, int64_t t1) {
+  const core::BackwardProblem& p = *step.problem;
   const core::Dims& d = p.dims;
   const DF df;
-  const Tiles tiles = TilesOf(args);
+  const Tiles tiles = TilesOf(step);
   const int64_t L = tiles.L, full = d.D / L * L;
   const int64_t ghs = p.grad_h_in.stride[3], posts = p.grad_x_post.stride[3], outs = p.grad_x.stride[3];
   const bool has_post = p.grad_x_post.present();
@@ -306,18 +303,17 @@ void BackwardRows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t 
 
 // grad_phi = P * gamma and grad_gamma, P and grad_gamma being the lanes' running
 // totals added in lane order, a vector at a time.
-void BackwardFinishColumns(const BackwardArgs& args, const plan::ColumnItem& item) {
-  const core::BackwardProblem& p = *args.problem;
+void BackwardFinishColumns(const BackwardStep& step, const ColumnItem& item) {
+  const core::BackwardProblem& p = *step.problem;
   const core::Dims& d = p.dims;
   const DF df;
   const int64_t L = hn::Lanes(df);
-  const plan::BackwardPlan& plan = *args.plan;
+  const BackwardBuffers& b = *step.buffers;
   const int64_t gs = p.gamma.stride[3], out_cs = p.grad_phi.stride[3];
-  // Element `at` of every lane's totals (lane 0's at `first`, the next lane_stride floats on), in lane order.
-  auto lane_sum = [&](const float* first, int64_t lane_stride, int64_t at, int64_t width) {
-    VF sum = LoadRow(df, first, DType::fp32, at, 1, width);
-    for (int lane = 1; lane < plan.lanes; ++lane)
-      sum = hn::Add(sum, LoadRow(df, first + lane * lane_stride, DType::fp32, at, 1, width));
+  // Element `at` of every lane's totals, in lane order.
+  auto lane_sum = [&](float* const* totals, int64_t at, int64_t width) {
+    VF sum = LoadRow(df, totals[0], DType::fp32, at, 1, width);
+    for (int lane = 1; lane < b.lanes; ++lane) sum = hn::Add(sum, LoadRow(df, totals[lane], DType::fp32, at, 1, width));
     return sum;
   };
   for (int64_t j = item.d0; j < item.d1; j += L) {
@@ -325,39 +321,35 @@ void BackwardFinishColumns(const BackwardArgs& args, const plan::ColumnItem& ite
     const VF gamma = p.gamma.present() ? LoadRow(df, p.gamma.data, DType::fp32, p.gamma.at(item.n, j), gs, width)
                                        : hn::Set(df, 1.0f);
     for (int64_t f = 0; f < d.F; ++f)
-      StoreRow(df, hn::Mul(lane_sum(args.phi_total(0), plan.phi_total_stride, f * d.K + k, width), gamma),
+      StoreRow(df, hn::Mul(lane_sum(b.phi_total, f * d.K + k, width), gamma),
                p.grad_phi.data, DType::fp32, p.grad_phi.at(f, k), out_cs, width);
     if (p.grad_gamma.present())
-      StoreRow(df, lane_sum(args.gamma_total(0), plan.gamma_total_stride, k, width), p.grad_gamma.data, DType::fp32,
+      StoreRow(df, lane_sum(b.gamma_total, k, width), p.grad_gamma.data, DType::fp32,
                p.grad_gamma.at(item.n, j), p.grad_gamma.stride[3], width);
   }
 }
+
+const PreBackwardKernels kPreBackward = {.scratch_floats = BackwardScratchFloats,
+                                         .chunk_floats = BackwardChunkFloats,
+                                         .token_stats = BackwardTokenStats,
+                                         .columns = BackwardColumns,
+                                         .rows = BackwardRows,
+                                         .finish_columns = BackwardFinishColumns,
+                                         .finish_sums = finish_sums_scalar};
 
 }  // namespace mhc::kernels::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace mhc::kernels::simd {
-HWY_EXPORT(BackwardChunkFloats);
-HWY_EXPORT(BackwardScratchFloats);
-HWY_EXPORT(BackwardTokenStats);
-HWY_EXPORT(BackwardColumns);
-HWY_EXPORT(BackwardRows);
-HWY_EXPORT(BackwardFinishColumns);
-int64_t backward_chunk_floats(const core::BackwardProblem& p) { return HWY_DYNAMIC_DISPATCH(BackwardChunkFloats)(p); }
-int64_t backward_scratch_floats(const core::Dims& d) { return HWY_DYNAMIC_DISPATCH(BackwardScratchFloats)(d); }
-void backward_token_stats(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t t1, int worker) {
-  HWY_DYNAMIC_DISPATCH(BackwardTokenStats)(args, chunk0, t0, t1, worker);
-}
-void backward_columns(const BackwardArgs& args, int64_t t0, int64_t t1, const plan::ColumnItem& item,
-                      int worker) {
-  HWY_DYNAMIC_DISPATCH(BackwardColumns)(args, t0, t1, item, worker);
-}
-void backward_rows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t t1, int worker) {
-  HWY_DYNAMIC_DISPATCH(BackwardRows)(args, chunk0, t0, t1, worker);
-}
-void backward_finish_columns(const BackwardArgs& args, const plan::ColumnItem& item) {
-  HWY_DYNAMIC_DISPATCH(BackwardFinishColumns)(args, item);
+const PreBackwardKernels* pre_backward(Isa isa) {
+#if HWY_TARGETS & HWY_AVX3
+  if (isa == Isa::avx512) return &N_AVX3::kPreBackward;
+#endif
+#if HWY_TARGETS & HWY_AVX2
+  if (isa == Isa::avx2) return &N_AVX2::kPreBackward;
+#endif
+  return nullptr;
 }
 }  // namespace mhc::kernels::simd
 #endif

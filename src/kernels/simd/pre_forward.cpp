@@ -17,7 +17,6 @@
 #include "hwy/cache_control.h"  // FlushStream
 #include "hwy/highway.h"
 #include "kernels/common/token_math.hpp"
-#include "kernels/kernels.hpp"
 #include "kernels/simd/simd.hpp"
 #include "kernels/simd/vec-inl.h"
 
@@ -52,18 +51,18 @@ struct ForwardScratch {
 };
 
 int64_t ForwardScratchFloats(const core::Dims& d) {
-  const int64_t L = hn::Lanes(DF()), tokens = plan::kTokensPerItem;
+  const int64_t L = hn::Lanes(DF()), tokens = kTokensPerItem;
   const int64_t rows = std::min<int64_t>(d.F, kRowsPerPass);
   return tokens * kURowFloats + tokens * rows * L + tokens * (L + 1) + rows * L + rows * kBlockStride +
          tokens * d.F + d.N + 7 * 16;  // alignment slack
 }
 
 static ForwardScratch LayOutForwardScratch(float* base, const core::Dims& d) {
-  const int64_t L = hn::Lanes(DF()), tokens = plan::kTokensPerItem;
+  const int64_t L = hn::Lanes(DF()), tokens = kTokensPerItem;
   const int64_t rows = std::min<int64_t>(d.F, kRowsPerPass);
   ForwardScratch s;
   float* at = base;
-  auto take = [&](int64_t floats) { float* p = at; at += plan::align16(floats); return p; };
+  auto take = [&](int64_t floats) { float* p = at; at += align16(floats); return p; };
   s.u = take(tokens * kURowFloats);
   s.acc = take(tokens * rows * L);
   s.sum_sq = take(tokens * (L + 1));
@@ -235,13 +234,13 @@ void ForwardFinishTokens(const core::ForwardProblem& p, int64_t t0, int64_t t1, 
   hwy::FlushStream();  // HInRow's streaming stores, before the caller reads h_in
 }
 
-void ForwardTokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) {
-  const core::ForwardProblem& p = *args.problem;
+void ForwardTokens(const ForwardItem& item, int64_t t0, int64_t t1) {
+  const core::ForwardProblem& p = *item.problem;
   const core::Dims& d = p.dims;
   const DF df;
   const int64_t L = hn::Lanes(df), tokens = t1 - t0;
-  const int64_t K_full = d.K / L * L, K_pad = plan::round_up(d.K, L);
-  const ForwardScratch s = LayOutForwardScratch(args.scratch(worker), d);
+  const int64_t K_full = d.K / L * L, K_pad = round_up(d.K, L);
+  const ForwardScratch s = LayOutForwardScratch(item.scratch, d);
   const float* phi = static_cast<const float*>(p.phi.data);
   const int64_t phi_cs = p.phi.stride[3];  // column stride of phi
   auto phi_at = [&](int64_t f, int64_t k) { return phi[f * p.phi.stride[2] + k * phi_cs]; };
@@ -303,21 +302,34 @@ void ForwardTokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) 
   hwy::FlushStream();  // HInRow's streaming stores, before the caller reads h_in
 }
 
+const PreForwardKernels kPreForward = {.scratch_floats = ForwardScratchFloats, .tokens = ForwardTokens};
+
 }  // namespace mhc::kernels::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace mhc::kernels::simd {
-HWY_EXPORT(ForwardScratchFloats);
-HWY_EXPORT(ForwardTokens);
-HWY_EXPORT(ForwardFinishTokens);
-void forward_finish_tokens(const core::ForwardProblem& p, int64_t t0, int64_t t1, const float* m, int64_t m_stride,
-                           const float* sq_lanes, float* h_pre) {
-  HWY_DYNAMIC_DISPATCH(ForwardFinishTokens)(p, t0, t1, m, m_stride, sq_lanes, h_pre);
+const PreForwardKernels* pre_forward(Isa isa) {
+#if HWY_TARGETS & HWY_AVX3
+  if (isa == Isa::avx512) return &N_AVX3::kPreForward;
+#endif
+#if HWY_TARGETS & HWY_AVX2
+  if (isa == Isa::avx2) return &N_AVX2::kPreForward;
+#endif
+  return nullptr;
 }
-int64_t forward_scratch_floats(const core::Dims& d) { return HWY_DYNAMIC_DISPATCH(ForwardScratchFloats)(d); }
-void forward_tokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker) {
-  HWY_DYNAMIC_DISPATCH(ForwardTokens)(args, t0, t1, worker);
+FinishTokens finish_tokens(Isa isa) {
+#if HWY_TARGETS & HWY_AVX3
+  if (isa == Isa::avx512) return N_AVX3::ForwardFinishTokens;
+#endif
+#if HWY_TARGETS & HWY_AVX2
+  if (isa == Isa::avx2) return N_AVX2::ForwardFinishTokens;
+#endif
+  return nullptr;
+}
+bool runs(Isa isa) {
+  const int64_t target = isa == Isa::avx512 ? HWY_AVX3 : isa == Isa::avx2 ? HWY_AVX2 : 0;
+  return (hwy::SupportedTargets() & HWY_TARGETS & target) != 0;
 }
 }  // namespace mhc::kernels::simd
 #endif

@@ -1,9 +1,14 @@
-// The SIMD kernel family (Highway, run-time dispatch over AVX-512 and AVX2).
+// The SIMD kernel family (Highway): the same source compiled for each x86 target
+// (AVX-512, AVX2+FMA+F16C). Each target's functions are gathered in its own
+// kernel tables; the registry names a table per target, so a forced family calls
+// that target's functions directly.
 #pragma once
 
 #include <cstdint>
 
-#include "kernels/kernels.hpp"
+#include "kernels/pre_backward.hpp"
+#include "kernels/pre_forward.hpp"
+#include "kernels/registry.hpp"
 
 namespace mhc::kernels::simd {
 
@@ -15,20 +20,12 @@ inline constexpr int64_t kChunkColumns = 2048;
 inline constexpr int64_t kStreamBytes = int64_t(64) << 20;
 inline constexpr int64_t kStreamHInBytes = int64_t(8) << 20;
 
-int64_t forward_scratch_floats(const core::Dims& d);
-void forward_tokens(const ForwardArgs& args, int64_t t0, int64_t t1, int worker);
-// The forward after m = phi.u, for kernels that form m their own way (AMX):
-// per token sum(v^2) from 16 lanes folded in a fixed order, the per-token
-// outputs, and h_in.
-// h_pre: N floats of scratch.
-void forward_finish_tokens(const core::ForwardProblem& p, int64_t t0, int64_t t1, const float* m, int64_t m_stride,
-                           const float* sq_lanes, float* h_pre);
-int64_t backward_scratch_floats(const core::Dims& d);
-int64_t backward_chunk_floats(const core::BackwardProblem& p);
-void backward_token_stats(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t t1, int worker);
-void backward_columns(const BackwardArgs& args, int64_t t0, int64_t t1, const plan::ColumnItem& item,
-                      int worker);
-void backward_rows(const BackwardArgs& args, int64_t chunk0, int64_t t0, int64_t t1, int worker);
-void backward_finish_columns(const BackwardArgs& args, const plan::ColumnItem& item);
+// The forward after m = phi.u, for kernels that form m their own way (AMX): per
+// token sum(v^2) from 16 lanes folded in a fixed order, the per-token outputs,
+// and h_in. Token t's m at m + (t - t0) * m_stride, its 16 lanes of sum(v^2) at
+// sq_lanes + (t - t0) * 16; h_pre: N floats of scratch.
+using FinishTokens = void (*)(const core::ForwardProblem& p, int64_t t0, int64_t t1, const float* m,
+                              int64_t m_stride, const float* sq_lanes, float* h_pre);
+FinishTokens finish_tokens(Isa isa);
 
 }  // namespace mhc::kernels::simd

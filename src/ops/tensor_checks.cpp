@@ -1,4 +1,4 @@
-#include "validate/tensor_checks.hpp"
+#include "ops/tensor_checks.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -6,7 +6,7 @@
 
 #include "core/dtype.hpp"
 
-namespace mhc::validate {
+namespace mhc::ops {
 
 std::string dims_string(const int64_t* dims, int rank) {
   std::ostringstream os;
@@ -185,4 +185,4 @@ core::Strided resolve_plain_tensor(const TensorView& v) {
   return s;
 }
 
-}  // namespace mhc::validate
+}  // namespace mhc::ops

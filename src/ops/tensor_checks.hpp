@@ -10,7 +10,7 @@
 #include "core/problem.hpp"
 #include "mhc/mhc.hpp"
 
-namespace mhc::validate {
+namespace mhc::ops {
 
 std::string dims_string(const int64_t* dims, int rank);
 std::string view_shape_string(const TensorView& v);
@@ -48,10 +48,9 @@ ByteSpan byte_span(const TensorView& v);
 bool same_view(const TensorView& a, const TensorView& b);
 
 // The canonical form. `leading` is the number of token dims the view has
-// (2 for [B,S,..], 1 for [T,..], 0 for a non-token tensor); `inner` gives the
-// canonical trailing extents (up to 2, padded with 1), which must multiply to
-// the product of the view's trailing dims.
+// (2 for [B,S,..], 1 for [T,..], 0 for a non-token tensor); its trailing dims
+// become the canonical [i, j] (up to 2, padded with extent 1).
 core::Strided resolve_token_tensor(const TensorView& v, int leading, int64_t B, int64_t S);
 core::Strided resolve_plain_tensor(const TensorView& v);
 
-}  // namespace mhc::validate
+}  // namespace mhc::ops

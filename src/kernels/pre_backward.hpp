@@ -1,0 +1,80 @@
+// What a kernel family gives the MhcPreBackward driver (ops/pre_backward): the
+// phases of one chunk of tokens, over the typed buffers the driver's plan lays out.
+// Kernels allocate nothing, start no threads and read no environment.
+#pragma once
+
+#include <cstdint>
+
+#include "core/problem.hpp"
+#include "kernels/pre_forward.hpp"  // align16, ceil_div
+
+namespace mhc::kernels {
+
+// Tokens per chunk: per-token statistics of a chunk, then its column work. The
+// sums over tokens (grad_phi, grad_gamma) are formed per chunk in fp32 and added
+// to running totals, which keeps their rounding near (kTokensPerChunk +
+// T / kTokensPerChunk) ulps instead of T.
+inline constexpr int64_t kTokensPerChunk = 64;
+// Chunk c goes to lane c % kLanes, each lane with its own chunk buffers and
+// running totals; grad_phi and grad_gamma are the lanes' totals added in lane
+// order. A fixed count, never the thread count: the sums' order depends on T only.
+inline constexpr int kLanes = 2;
+// Columns of one stream (a range of d for one n) per column item.
+inline constexpr int64_t kColumnsPerItem = 256;
+
+struct ColumnItem {
+  int64_t n, d0, d1;
+};
+
+// The backward's workspace as typed views.
+struct BackwardBuffers {
+  float* G = nullptr;            // [T, F]  dL/dm per token
+  float* c = nullptr;            // [T]     coefficient of the inv_rms term per token
+  float* gz = nullptr;           // [T, F]  dL/dz per token (grad_bias)
+  float* alpha_terms = nullptr;  // [T, 3]  per-token grad_alpha terms
+  int lanes = 1;
+  float* chunk[kLanes] = {};        // buffers a lane's workers share for one chunk
+  float* phi_total[kLanes] = {};    // [F, K] running sums of G v^T
+  float* gamma_total[kLanes] = {};  // [K]    running sums of v * gu
+};
+
+// One backward call of a phase: the problem, the buffers, the chunk's lane, the worker's scratch.
+struct BackwardStep {
+  const core::BackwardProblem* problem;
+  const BackwardBuffers* buffers;
+  int lane;
+  float* scratch;  // scratch_floats(dims) floats, the worker's own
+  float* chunk() const { return buffers->chunk[lane]; }
+  float* phi_total() const { return buffers->phi_total[lane]; }
+  float* gamma_total() const { return buffers->gamma_total[lane]; }
+};
+
+struct PreBackwardKernels {
+  // Scratch floats one worker needs; floats of a lane's shared chunk buffers.
+  int64_t (*scratch_floats)(const core::Dims&);
+  int64_t (*chunk_floats)(const core::BackwardProblem&);
+  // Phase 1: per-token G, c, gz and grad_alpha terms of tokens [t0, t1) of the
+  // chunk starting at chunk0.
+  void (*token_stats)(const BackwardStep&, int64_t chunk0, int64_t t0, int64_t t1);
+  // Phase 2, the chunk [t0, t1) and one column item: the chunk's sums of G v^T
+  // and v*gu added to the lane's totals, and grad_x unless the family has phase 3.
+  void (*columns)(const BackwardStep&, int64_t t0, int64_t t1, const ColumnItem&);
+  // Phase 3 (nullptr: none): grad_x of tokens [t0, t1) of the chunk at chunk0.
+  void (*rows)(const BackwardStep&, int64_t chunk0, int64_t t0, int64_t t1);
+  // After the last chunk: grad_phi and grad_gamma of a column item from the lanes' totals.
+  void (*finish_columns)(const BackwardStep&, const ColumnItem&);
+  // grad_bias and grad_alpha from the per-token terms.
+  void (*finish_sums)(const BackwardStep&);
+  // Instead of the phases: the whole operator on one thread, with memory of its
+  // own (the float64 reference, whose sums over all tokens in float64 and token
+  // order chunks of fp32 totals would change). nullptr for the phased families.
+  void (*serial)(const core::BackwardProblem&) = nullptr;
+};
+
+// The scalar forms every fp32 family shares: grad_phi and grad_gamma of a column
+// item from the lanes' totals (lane order); grad_bias and grad_alpha (token order,
+// per chunk then across chunks).
+void finish_columns_scalar(const BackwardStep&, const ColumnItem&);
+void finish_sums_scalar(const BackwardStep&);
+
+}  // namespace mhc::kernels

@@ -1,0 +1,67 @@
+// The implementation list (registry.hpp).
+#include "kernels/registry.hpp"
+
+namespace mhc::kernels {
+namespace {
+
+bool always() { return true; }
+#if defined(MHC_WITH_SIMD)
+bool avx512_runs() { return simd::runs(Isa::avx512); }
+bool avx2_runs() { return simd::runs(Isa::avx2); }
+#endif
+
+const Implementation kImplementations[] = {
+#if defined(MHC_WITH_AMX)
+    {.isa = Isa::amx,
+     .name = "amx",
+     .applies_to = "x86-64 with AVX-512 and AMX-BF16 tiles granted by the OS; the forward's F x K product "
+                   "on tiles for bf16 and fp16 x, everything else the avx512 kernels",
+     .available = amx::tiles_usable,
+     .pre_forward = &amx::kPreForward,
+     .pre_backward = simd::pre_backward(Isa::avx512)},
+#endif
+#if defined(MHC_WITH_SIMD)
+    {.isa = Isa::avx512,
+     .name = "avx512",
+     .applies_to = "x86-64 with AVX-512 (F, BW, DQ, VL): Highway's AVX3 target",
+     .available = avx512_runs,
+     .pre_forward = simd::pre_forward(Isa::avx512),
+     .pre_backward = simd::pre_backward(Isa::avx512)},
+    {.isa = Isa::avx2,
+     .name = "avx2",
+     .applies_to = "x86-64 with AVX2, FMA and F16C: Highway's AVX2 target",
+     .available = avx2_runs,
+     .pre_forward = simd::pre_forward(Isa::avx2),
+     .pre_backward = simd::pre_backward(Isa::avx2)},
+#endif
+    {.isa = Isa::portable,
+     .name = "portable",
+     .applies_to = "any CPU: plain C++ in fp32",
+     .available = always,
+     .pre_forward = &portable::kPreForward,
+     .pre_backward = &portable::kPreBackward},
+    {.isa = Isa::reference,
+     .name = "reference",
+     .applies_to = "any CPU: SPEC in float64, one thread for the backward (the oracle, not for speed)",
+     .available = always,
+     .pre_forward = &reference::kPreForward,
+     .pre_backward = &reference::kPreBackward},
+};
+
+}  // namespace
+
+std::span<const Implementation> implementations() { return kImplementations; }
+
+const Implementation* find(Isa isa) {
+  for (const Implementation& impl : kImplementations)
+    if (impl.isa == isa) return &impl;
+  return nullptr;
+}
+
+const Implementation& best_available() {
+  for (const Implementation& impl : kImplementations)
+    if (impl.available()) return impl;
+  return kImplementations[std::size(kImplementations) - 1];  // the reference runs everywhere
+}
+
+}  // namespace mhc::kernels

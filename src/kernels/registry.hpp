@@ -1,0 +1,51 @@
+// The ordered list of kernel implementations, best first: amx > avx512 > avx2 >
+// portable > reference. Each entry says what it applies to and whether this
+// build and CPU run it; the float64 reference is an ordinary entry (the
+// executable SPEC). The operator drivers take the kernels of the entry a call
+// selects (ops/isa.hpp) and call them directly.
+#pragma once
+
+#include <span>
+
+#include "kernels/pre_backward.hpp"
+#include "kernels/pre_forward.hpp"
+#include "mhc/mhc.hpp"
+
+namespace mhc::kernels {
+
+struct Implementation {
+  Isa isa;
+  const char* name;        // MHC_ISA / set_isa name
+  const char* applies_to;  // the CPUs and cases it serves
+  bool (*available)();     // this build and CPU (and OS) run it
+  const PreForwardKernels* pre_forward;
+  const PreBackwardKernels* pre_backward;
+};
+
+// Every implementation compiled into this build, best first.
+std::span<const Implementation> implementations();
+// The entry of `isa` (not automatic), or nullptr when this build has none.
+const Implementation* find(Isa isa);
+// The best entry this CPU runs (portable and reference always do).
+const Implementation& best_available();
+
+// The families' kernel tables (nullptr where the build or CPU has none).
+namespace portable {
+extern const PreForwardKernels kPreForward;
+extern const PreBackwardKernels kPreBackward;
+}  // namespace portable
+namespace reference {
+extern const PreForwardKernels kPreForward;
+extern const PreBackwardKernels kPreBackward;
+}  // namespace reference
+namespace simd {
+const PreForwardKernels* pre_forward(Isa isa);    // avx512 or avx2
+const PreBackwardKernels* pre_backward(Isa isa);
+bool runs(Isa isa);                               // this CPU runs that Highway target
+}  // namespace simd
+namespace amx {
+extern const PreForwardKernels kPreForward;
+bool tiles_usable();  // CPUID, the OS and Linux's permission say yes, and AVX-512 runs
+}  // namespace amx
+
+}  // namespace mhc::kernels

@@ -1,0 +1,17 @@
+// MhcPreBackward (SPEC §3) for the faces: validate into a problem descriptor,
+// size the workspace, run (the two-phase shape of pre_forward.hpp).
+#pragma once
+
+#include <cstddef>
+
+#include "core/problem.hpp"
+#include "mhc/mhc.hpp"
+
+namespace mhc::ops::pre_backward {
+
+Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out, const Options& options,
+                core::BackwardProblem* problem);
+size_t workspace_bytes(const core::BackwardProblem& problem, int num_threads = 0);
+Status run(const core::BackwardProblem& problem, void* workspace, size_t workspace_bytes, int num_threads);
+
+}  // namespace mhc::ops::pre_backward

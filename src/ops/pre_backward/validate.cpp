@@ -1,0 +1,85 @@
+// MhcPreBackward's validation: every tensor of SPEC §4 checked, in argument
+// order, into a problem descriptor. Nothing here writes memory that belongs to the caller.
+#include <vector>
+
+#include "ops/pre_backward/pre_backward.hpp"
+#include "ops/pre_operands.hpp"
+
+namespace mhc::ops::pre_backward {
+
+Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out,
+                         const Options& options, core::BackwardProblem* p) {
+  TokenSpace s;
+  MHC_RETURN_IF_ERROR(check_x("x", in.x, &s));
+  core::Dims& d = s.dims;
+  MHC_RETURN_IF_ERROR(check_phi_alpha("phi", in.phi, "alpha", in.alpha, &d));
+  MHC_RETURN_IF_ERROR(check_like_x("grad_h_in", in.grad_h_in, s, s.shape({"D"}, {d.D})));
+  MHC_RETURN_IF_ERROR(check_fp32("grad_h_post", in.grad_h_post, {s.shape({"N"}, {d.N})}));
+  if (d.two_entry_alpha && in.grad_h_res)
+    return shape_error("grad_h_res", "no tensor (alpha has 2 entries: no residual branch)", *in.grad_h_res);
+  if (!d.two_entry_alpha && !in.grad_h_res)
+    return null_error("grad_h_res", "required (alpha has 3 entries), got none");
+  if (in.grad_h_res) MHC_RETURN_IF_ERROR(check_fp32("grad_h_res", *in.grad_h_res, residual_shapes(s)));
+  MHC_RETURN_IF_ERROR(check_fp32("inv_rms", in.inv_rms, {s.shape({}, {})}));
+  MHC_RETURN_IF_ERROR(check_fp32("h_mix", in.h_mix, {s.shape({"F"}, {d.F})}));
+  MHC_RETURN_IF_ERROR(check_fp32("h_pre", in.h_pre, {s.shape({"N"}, {d.N})}));
+  MHC_RETURN_IF_ERROR(check_fp32("h_post", in.h_post, {s.shape({"N"}, {d.N})}));
+  if (in.gamma) MHC_RETURN_IF_ERROR(check_gamma("gamma", *in.gamma, d));
+  const ShapeOption x_shape = s.shape({"N", "D"}, {d.N, d.D});
+  if (in.grad_x_post) MHC_RETURN_IF_ERROR(check_like_x("grad_x_post", *in.grad_x_post, s, x_shape));
+  MHC_RETURN_IF_ERROR(check_eps("hc_eps", options.hc_eps));
+  MHC_RETURN_IF_ERROR(check_threads(options.num_threads));
+
+  MHC_RETURN_IF_ERROR(check_like_x("grad_x", out.grad_x, s, x_shape));
+  MHC_RETURN_IF_ERROR(check_fp32("grad_phi", out.grad_phi, {{{d.F, d.K}, label({"F", "K"}, {d.F, d.K})}}));
+  const int64_t entries = d.two_entry_alpha ? 2 : 3;
+  MHC_RETURN_IF_ERROR(check_fp32("grad_alpha", out.grad_alpha, {{{entries}, "[" + std::to_string(entries) + "] (alpha's shape)"}}));
+  MHC_RETURN_IF_ERROR(check_fp32("grad_bias", out.grad_bias, {{{d.F}, label({"F"}, {d.F})}}));
+  if (in.gamma && !out.grad_gamma)
+    return null_error("grad_gamma", "required when gamma is given, got none");
+  if (!in.gamma && out.grad_gamma)
+    return shape_error("grad_gamma", "no tensor (gamma is not given)", *out.grad_gamma);
+  if (out.grad_gamma) MHC_RETURN_IF_ERROR(check_gamma("grad_gamma", *out.grad_gamma, d));
+
+  std::vector<Named> inputs = {{"x", &in.x}, {"phi", &in.phi}, {"alpha", &in.alpha},
+                               {"grad_h_in", &in.grad_h_in}, {"grad_h_post", &in.grad_h_post},
+                               {"inv_rms", &in.inv_rms}, {"h_mix", &in.h_mix},
+                               {"h_pre", &in.h_pre}, {"h_post", &in.h_post}};
+  if (in.grad_h_res) inputs.push_back({"grad_h_res", &*in.grad_h_res});
+  if (in.gamma) inputs.push_back({"gamma", &*in.gamma});
+  if (in.grad_x_post) inputs.push_back({"grad_x_post", &*in.grad_x_post});
+  std::vector<Named> outputs = {{"grad_x", &out.grad_x}, {"grad_phi", &out.grad_phi},
+                                {"grad_alpha", &out.grad_alpha}, {"grad_bias", &out.grad_bias}};
+  if (out.grad_gamma) outputs.push_back({"grad_gamma", &*out.grad_gamma});
+  MHC_RETURN_IF_ERROR(check_outputs_disjoint(inputs, outputs, &out.grad_x,
+                                             in.grad_x_post ? &*in.grad_x_post : nullptr));
+
+  Isa isa;
+  MHC_RETURN_IF_ERROR(check_isa(options.isa, &isa));
+
+  core::BackwardProblem problem;
+  problem.dims = d;
+  problem.isa = isa;
+  problem.hc_eps = options.hc_eps;
+  problem.x = s.resolve(in.x);
+  problem.phi = resolve_plain_tensor(in.phi);
+  problem.alpha = resolve_plain_tensor(in.alpha);
+  problem.grad_h_in = s.resolve(in.grad_h_in);
+  problem.grad_h_post = s.resolve(in.grad_h_post);
+  if (in.grad_h_res) problem.grad_h_res = s.resolve(*in.grad_h_res);
+  problem.inv_rms = s.resolve(in.inv_rms);
+  problem.h_mix = s.resolve(in.h_mix);
+  problem.h_pre = s.resolve(in.h_pre);
+  problem.h_post = s.resolve(in.h_post);
+  if (in.gamma) problem.gamma = resolve_plain_tensor(*in.gamma);
+  if (in.grad_x_post) problem.grad_x_post = s.resolve(*in.grad_x_post);
+  problem.grad_x = s.resolve(out.grad_x);
+  problem.grad_phi = resolve_plain_tensor(out.grad_phi);
+  problem.grad_alpha = resolve_plain_tensor(out.grad_alpha);
+  problem.grad_bias = resolve_plain_tensor(out.grad_bias);
+  if (out.grad_gamma) problem.grad_gamma = resolve_plain_tensor(*out.grad_gamma);
+  *p = problem;
+  return {};
+}
+
+}  // namespace mhc::ops::pre_backward

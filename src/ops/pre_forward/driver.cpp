@@ -1,0 +1,48 @@
+// MhcPre's driver: the call's kernels from the registry, its plan, then the
+// preparation's parts and the token items on the thread pool.
+#include <algorithm>
+
+#include "ops/call_resources.hpp"
+#include "ops/isa.hpp"
+#include "ops/pre_forward/plan.hpp"
+#include "ops/pre_forward/pre_forward.hpp"
+#include "runtime/thread_pool.hpp"
+
+namespace mhc::ops::pre_forward {
+namespace {
+
+static_assert(kernels::kMaxPrepareParts >= runtime::kMaxThreads, "a prepare part per thread");
+
+const kernels::PreForwardKernels& kernels_of(const core::ForwardProblem& problem) {
+  return *implementation(problem.isa).pre_forward;
+}
+
+}  // namespace
+
+size_t workspace_bytes(const core::ForwardProblem& problem, int num_threads) {
+  return make_plan(kernels_of(problem), problem, resolve_threads(num_threads)).workspace_bytes;
+}
+
+Status run(const core::ForwardProblem& problem, void* workspace, size_t workspace_bytes, int num_threads) {
+  const kernels::PreForwardKernels& kernels = kernels_of(problem);
+  const Plan plan = make_plan(kernels, problem, resolve_threads(num_threads));
+  if (Status s = workspace_error(plan.workspace_bytes, workspace_bytes, workspace); !s.ok()) return s;
+  const int64_t T = problem.dims.T;
+  if (T == 0) return {};
+  const Workspace w = lay_out(plan, workspace);
+  if (plan.prepare_parts > 0)
+    runtime::parallel_for(plan.prepare_parts, plan.prepare_parts, [&](int64_t part, int) {
+      w.prepared.finite[part] = kernels.prepare(problem, w.prepared.data, part, plan.prepare_parts) ? 1 : 0;
+    });
+  if (kernels.serial) {
+    kernels.tokens({&problem, w.scratch_base, &w.prepared}, 0, T);
+    return {};
+  }
+  runtime::parallel_for(plan.items, plan.threads, [&](int64_t item, int worker) {
+    const int64_t t0 = item * plan.item_tokens;
+    kernels.tokens({&problem, w.scratch(worker), &w.prepared}, t0, std::min(T, t0 + plan.item_tokens));
+  });
+  return {};
+}
+
+}  // namespace mhc::ops::pre_forward

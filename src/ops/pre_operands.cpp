@@ -1,0 +1,161 @@
+// The pre operators' operand checks (pre_operands.hpp).
+#include "ops/pre_operands.hpp"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "ops/isa.hpp"
+
+namespace mhc::ops {
+namespace {
+
+// N! with saturation (only compared against a tensor dim).
+int64_t factorial_saturated(int64_t n) {
+  int64_t f = 1;
+  for (int64_t i = 2; i <= n; ++i)
+    if (__builtin_mul_overflow(f, i, &f)) return INT64_MAX;
+  return f;
+}
+
+// The largest operand size the operators take: 2^44 elements (64 TiB of fp32),
+// beyond any machine's memory. The products of the problem's sizes that size
+// operands and workspaces (T*K, F*K, T*F) are held to it here, so that no later
+// size computation can overflow 64 bits: an input broadcast with stride 0, or an
+// empty batch, describes any dims in a few bytes.
+constexpr int64_t kMaxOperandElements = int64_t(1) << 44;
+const char* const kMaxOperandText = "2^44 elements, more than any machine's memory";
+
+// *product = a * b, false if that overflows or exceeds kMaxOperandElements.
+bool within_limit(int64_t a, int64_t b, int64_t* product) {
+  return !__builtin_mul_overflow(a, b, product) && *product <= kMaxOperandElements;
+}
+
+}  // namespace
+
+Status check_x(const char* name, const TensorView& x, TokenSpace* space) {
+  MHC_RETURN_IF_ERROR(check_view(name, x));
+  if (x.dtype != DType::bf16 && x.dtype != DType::fp16 && x.dtype != DType::fp32)
+    return dtype_error(name, "bf16, fp16 or fp32", x.dtype);
+  if (x.rank != 3 && x.rank != 4)
+    return shape_error(name, "[B,S,N,D] or [T,N,D]", x);
+  core::Dims& d = space->dims;
+  d.bsnd = x.rank == 4;
+  d.B = d.bsnd ? x.shape[0] : 1;
+  d.S = d.bsnd ? x.shape[1] : x.shape[0];
+  d.N = x.shape[x.rank - 2];
+  d.D = x.shape[x.rank - 1];
+  if (d.N < 1 || d.D < 1)
+    return shape_error(name, "N >= 1 and D >= 1 in [B,S,N,D] or [T,N,D]", x);
+  d.T = d.B * d.S;  // cannot overflow: x's element count B*S*N*D fits, N and D are >= 1
+  int64_t tokens_elements;  // an empty batch (T = 0) passes check_view whatever N and D are
+  if (!within_limit(d.N, d.D, &d.K) || !within_limit(d.T, d.K, &tokens_elements))
+    return shape_error(name, std::string("N*D and T*N*D of at most ") + kMaxOperandText, x);
+  space->dtype = x.dtype;
+  return {};
+}
+
+// phi fixes F, alpha must agree: [2] exactly when F = 2N.
+Status check_phi_alpha(const char* phi_name, const TensorView& phi, const char* alpha_name,
+                       const TensorView& alpha, core::Dims* d) {
+  MHC_RETURN_IF_ERROR(check_view(phi_name, phi));
+  MHC_RETURN_IF_ERROR(check_dtype(phi_name, phi, DType::fp32));
+  const int64_t N = d->N, fact = factorial_saturated(N);
+  int64_t f_square;  // 2N + N*N, saturated (only compared against a tensor dim)
+  if (__builtin_mul_overflow(N, N, &f_square) || __builtin_add_overflow(f_square, 2 * N, &f_square))
+    f_square = INT64_MAX;
+  const int64_t f_perm = fact > INT64_MAX - 2 * N ? INT64_MAX : 2 * N + fact;
+  const bool rows_ok = phi.rank == 2 && phi.shape[1] == d->K &&
+                       (phi.shape[0] == f_square || phi.shape[0] == f_perm || phi.shape[0] == 2 * N);
+  if (!rows_ok) {
+    std::string expected = "[F,K] with K=N*D=" + std::to_string(d->K) + " and F one of 2N+N*N=" +
+                           std::to_string(f_square);
+    if (f_perm != f_square)
+      expected += ", 2N+N!=" + (f_perm == INT64_MAX ? std::string("(too large)") : std::to_string(f_perm));
+    expected += ", 2N=" + std::to_string(2 * N) + " (two-entry alpha)";
+    return shape_error(phi_name, expected, phi);
+  }
+  d->F = phi.shape[0];
+  int64_t phi_elements, mix_elements;
+  if (!within_limit(d->F, d->K, &phi_elements) || !within_limit(d->T, d->F, &mix_elements))
+    return shape_error(phi_name, std::string("F*K and T*F of at most ") + kMaxOperandText, phi);
+  d->R = d->F - 2 * N;
+  d->two_entry_alpha = d->R == 0;
+  MHC_RETURN_IF_ERROR(check_view(alpha_name, alpha));
+  MHC_RETURN_IF_ERROR(check_dtype(alpha_name, alpha, DType::fp32));
+  const int64_t entries = d->two_entry_alpha ? 2 : 3;
+  const std::string why = d->two_entry_alpha ? " (phi has F=2N rows: no residual branch)"
+                                             : " (phi has F=2N+R rows, R=" + std::to_string(d->R) + ")";
+  return check_shape(alpha_name, alpha, {{{entries}, "[" + std::to_string(entries) + "]" + why}},
+                               nullptr);
+}
+
+Status check_fp32(const char* name, const TensorView& v, const std::vector<ShapeOption>& shapes,
+                  int* chosen) {
+  MHC_RETURN_IF_ERROR(check_view(name, v));
+  MHC_RETURN_IF_ERROR(check_dtype(name, v, DType::fp32));
+  return check_shape(name, v, shapes, chosen);
+}
+
+Status check_like_x(const char* name, const TensorView& v, const TokenSpace& space,
+                    const ShapeOption& shape) {
+  MHC_RETURN_IF_ERROR(check_view(name, v));
+  if (v.dtype != space.dtype)
+    return dtype_error(name, std::string(core::dtype_name(space.dtype)) + " (x's dtype)",
+                                 v.dtype);
+  return check_shape(name, v, {shape}, nullptr);
+}
+
+// h_res / grad_h_res: [..,N,N] (only when R = N*N) or flat [..,R].
+std::vector<ShapeOption> residual_shapes(const TokenSpace& s) {
+  std::vector<ShapeOption> shapes;
+  if (s.dims.R == s.dims.N * s.dims.N) shapes.push_back(s.shape({"N", "N"}, {s.dims.N, s.dims.N}));
+  shapes.push_back(s.shape({"R"}, {s.dims.R}));
+  return shapes;
+}
+
+Status check_gamma(const char* name, const TensorView& gamma, const core::Dims& d) {
+  return check_fp32(name, gamma, {{{d.N, d.D}, label({"N", "D"}, {d.N, d.D})}});
+}
+
+Status check_eps(const char* name, double value) {
+  if (!std::isfinite(value) || value < 0)
+    return value_error(name, "expected a finite value >= 0, got " + std::to_string(value));
+  return {};
+}
+
+Status check_outputs_disjoint(const std::vector<Named>& inputs, const std::vector<Named>& outputs,
+                              const TensorView* allowed_out, const TensorView* allowed_in) {
+  auto intersects = [](ByteSpan a, ByteSpan b) {
+    return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi;
+  };
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    MHC_RETURN_IF_ERROR(check_no_self_overlap(outputs[i].name, *outputs[i].view));
+    const auto span = byte_span(*outputs[i].view);
+    for (size_t j = 0; j < i; ++j)
+      if (intersects(span, byte_span(*outputs[j].view)))
+        return layout_error(outputs[i].name, std::string("output memory overlaps output ") +
+                                                           outputs[j].name);
+    for (const Named& in : inputs) {
+      if (outputs[i].view == allowed_out && in.view == allowed_in &&
+          same_view(*allowed_out, *allowed_in))
+        continue;
+      if (intersects(span, byte_span(*in.view)))
+        return layout_error(
+            outputs[i].name, std::string("output memory overlaps input ") + in.name +
+                                 (outputs[i].view == allowed_out && in.view == allowed_in
+                                      ? " (only an exact alias of grad_x_post is allowed)" : ""));
+    }
+  }
+  return {};
+}
+
+Status check_threads(int num_threads) {
+  if (num_threads < 0) return value_error("num_threads", "expected >= 0, got " + std::to_string(num_threads));
+  return {};
+}
+
+Status check_isa(Isa requested, Isa* chosen) { return resolve_isa(requested, chosen); }
+
+}  // namespace mhc::ops

@@ -1,0 +1,71 @@
+// The operand checks the pre operators share (SPEC §4): x's token space, phi
+// and alpha, fp32 tensors, tensors in x's dtype, the eps values, the kernel
+// family, and that outputs overlap nothing. Each error names the tensor.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/problem.hpp"
+#include "mhc/mhc.hpp"
+#include "ops/tensor_checks.hpp"
+
+namespace mhc::ops {
+
+#define MHC_RETURN_IF_ERROR(expr)          \
+  do {                                     \
+    ::mhc::Status status_ = (expr);        \
+    if (!status_.ok()) return status_;     \
+  } while (0)
+
+// What x tells: layout, B, S, T, N, D, dtype.
+struct TokenSpace {
+  core::Dims dims;
+  DType dtype = DType::fp32;
+
+  int leading() const { return dims.bsnd ? 2 : 1; }
+  // The per-token shape with trailing dims `inner` (named `names`), in x's layout.
+  ShapeOption shape(std::initializer_list<const char*> names, std::vector<int64_t> inner) const {
+    std::vector<int64_t> dims_v;
+    std::vector<const char*> all;
+    if (dims.bsnd) { dims_v = {dims.B, dims.S}; all = {"B", "S"}; }
+    else { dims_v = {dims.T}; all = {"T"}; }
+    dims_v.insert(dims_v.end(), inner.begin(), inner.end());
+    all.insert(all.end(), names.begin(), names.end());
+    std::string lbl = "[";
+    for (size_t i = 0; i < all.size(); ++i) lbl += (i ? "," : "") + std::string(all[i]);
+    lbl += "]=" + dims_string(dims_v.data(), int(dims_v.size()));
+    return {dims_v, lbl};
+  }
+  core::Strided resolve(const TensorView& v) const {
+    return resolve_token_tensor(v, leading(), dims.B, dims.S);
+  }
+};
+
+// x: its dtype, layout and dims into *space.
+Status check_x(const char* name, const TensorView& x, TokenSpace* space);
+// phi fixes F, alpha must agree: [2] exactly when F = 2N.
+Status check_phi_alpha(const char* phi_name, const TensorView& phi, const char* alpha_name,
+                       const TensorView& alpha, core::Dims* d);
+Status check_fp32(const char* name, const TensorView& v, const std::vector<ShapeOption>& shapes,
+                  int* chosen = nullptr);
+Status check_like_x(const char* name, const TensorView& v, const TokenSpace& space, const ShapeOption& shape);
+// h_res / grad_h_res: [..,N,N] (only when R = N*N) or flat [..,R].
+std::vector<ShapeOption> residual_shapes(const TokenSpace& s);
+Status check_gamma(const char* name, const TensorView& gamma, const core::Dims& d);
+Status check_eps(const char* name, double value);
+Status check_threads(int num_threads);
+// The kernel family of the call: options.isa, else the process default; one this
+// build or CPU cannot run is an error naming it.
+Status check_isa(Isa requested, Isa* chosen);
+
+// Outputs: no element written twice, no byte shared with an input or another
+// output. The one allowed alias: grad_x exactly equal to grad_x_post.
+struct Named {
+  const char* name;
+  const TensorView* view;
+};
+Status check_outputs_disjoint(const std::vector<Named>& inputs, const std::vector<Named>& outputs,
+                              const TensorView* allowed_out, const TensorView* allowed_in);
+
+}  // namespace mhc::ops
