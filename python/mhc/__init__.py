@@ -8,9 +8,13 @@
 npu_mhc_pre is differentiable as well (the same autograd rule, MhcPreFunction) when an
 input requires grad; its caches inv_rms, h_mix, h_pre are non-differentiable outputs.
 
+    mhc.set_isa("portable")   # the kernel family of later calls (None: back to the default)
+    mhc.isa(), mhc.available_isas()
+
 The native library is bound through its C ABI with ctypes (see _lib.py).
 """
 from . import _lib
+from ._core import available_isas, isa, set_isa
 from .autograd import MhcPreFunction, mhc_pre
 from .ops import get_num_threads, npu_mhc_pre, npu_mhc_pre_backward, set_num_threads
 from ._output_cache import get_output_cache, set_output_cache
@@ -18,13 +22,8 @@ from . import nn  # mhc.nn.MhcPre, the pre block as a torch.nn.Module
 
 __version__ = _lib.version()
 
-
-def isa():
-    """The kernel family in use: "amx", "avx512", "avx2", "portable" or "reference"."""
-    return _lib.isa()
-
-
 __all__ = [
     "npu_mhc_pre", "npu_mhc_pre_backward", "mhc_pre", "MhcPreFunction",
-    "set_num_threads", "get_num_threads", "set_output_cache", "get_output_cache", "isa", "__version__",
+    "set_num_threads", "get_num_threads", "set_output_cache", "get_output_cache",
+    "set_isa", "isa", "available_isas", "__version__",
 ]

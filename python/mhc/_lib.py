@@ -33,6 +33,15 @@ ERROR_LAYOUT = 4
 ERROR_VALUE = 5
 ERROR_RUNTIME = 6
 
+# mhc_isa_id: the kernel families, best first (ISA_NAMES[i] is the family of id i + 1)
+ISA_DEFAULT = 0
+ISA_AMX = 1
+ISA_AVX512 = 2
+ISA_AVX2 = 3
+ISA_PORTABLE = 4
+ISA_REFERENCE = 5
+ISA_NAMES = ("amx", "avx512", "avx2", "portable", "reference")
+
 
 class MhcTensor(ctypes.Structure):
     """struct mhc_tensor: a non-owning view, shape and strides in elements."""
@@ -53,6 +62,7 @@ class MhcOptions(ctypes.Structure):
         ("norm_eps", ctypes.c_double),
         ("hc_eps", ctypes.c_double),
         ("num_threads", ctypes.c_int32),
+        ("isa", ctypes.c_int32),  # mhc_isa_id; ISA_DEFAULT: the process default (set_isa)
     ]
 
 
@@ -109,6 +119,10 @@ lib.mhc_last_error_kind.argtypes = []
 lib.mhc_last_error_kind.restype = ctypes.c_int
 lib.mhc_isa.argtypes = []
 lib.mhc_isa.restype = ctypes.c_char_p
+lib.mhc_set_isa.argtypes = [ctypes.c_char_p]
+lib.mhc_set_isa.restype = ctypes.c_int
+lib.mhc_isa_available.argtypes = [ctypes.c_char_p]
+lib.mhc_isa_available.restype = ctypes.c_int
 lib.mhc_version.argtypes = []
 lib.mhc_version.restype = ctypes.c_char_p
 

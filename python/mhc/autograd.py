@@ -2,7 +2,7 @@
 import torch
 from torch.autograd.function import once_differentiable
 
-from .ops import _check_pre_args, _run_pre_forward, npu_mhc_pre_backward
+from ._core import check_pre_args, npu_mhc_pre_backward, run_pre_forward
 
 
 class MhcPreFunction(torch.autograd.Function):
@@ -16,8 +16,8 @@ class MhcPreFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag=0):
-        norm_eps, hc_eps = _check_pre_args(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag)
-        outputs = _run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, with_caches=True)
+        norm_eps, hc_eps = check_pre_args(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag)
+        outputs = run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, with_caches=True)
         h_in, h_post, h_res, inv_rms, h_mix, h_pre = outputs
         ctx.save_for_backward(x, phi, alpha, gamma, inv_rms, h_mix, h_pre, h_post)
         ctx.hc_eps = hc_eps

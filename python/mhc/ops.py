@@ -1,153 +1,14 @@
 """The torch_npu-style functions npu_mhc_pre / npu_mhc_pre_backward on CPU tensors
 (npu_mhc_pre's autograd rule is autograd.MhcPreFunction).
 
-Inputs are handed to the C library as views with their real strides (no copies);
-outputs are allocated here, contiguous, by _output_cache (which reuses the buffers
-of large outputs whose tensors are gone). All validation of shapes,
-strides and dtypes is the library's; this side only checks what ctypes cannot
-express (Python types, devices, torch dtypes without an mhc equivalent).
+The library calls, argument checks and npu_mhc_pre_backward itself are in _core.py;
+imports go one way: _lib <- _core <- autograd <- ops.
 """
-import ctypes
-import numbers
-
 import torch
 
-from . import _lib
-from ._output_cache import cache as _outputs
-
-_MHC_DTYPE = {torch.bfloat16: _lib.BF16, torch.float16: _lib.FP16, torch.float32: _lib.FP32}
-_X_DTYPES = "bf16, fp16 or fp32"
-
-_num_threads = 0  # 0: the library's default (MHC_NUM_THREADS or all hardware threads)
-
-
-def set_num_threads(n):
-    """Threads used by later calls; 0 restores the library default."""
-    global _num_threads
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-        raise TypeError(f"num_threads: expected an int, got {type(n).__name__}")
-    if n < 0 or n > 2**31 - 1:
-        raise ValueError(f"num_threads: expected 0 (default) or a positive count, got {n}")
-    _num_threads = int(n)
-
-
-def get_num_threads():
-    return _num_threads
-
-
-def _check(name, t, expected=_X_DTYPES, optional=False):
-    """Python-side checks, so torch-level mistakes get clear exceptions."""
-    if t is None:
-        if optional:
-            return None
-        raise TypeError(f"{name}: expected a torch.Tensor, got None")
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cpu":
-        raise ValueError(f"{name}: expected a CPU tensor, got device {t.device}")
-    if t.layout != torch.strided:
-        raise ValueError(f"{name}: expected a dense (strided) tensor, got layout {t.layout}")
-    if t.dtype not in _MHC_DTYPE:
-        raise TypeError(f"{name}: expected dtype {expected}, got {t.dtype}")
-    if t.dim() > _lib.MAX_RANK:
-        raise ValueError(f"{name}: rank {t.dim()} exceeds the maximum {_lib.MAX_RANK}")
-    return t
-
-
-def _view(t):
-    """The mhc_tensor view of a checked tensor, or None (-> NULL) for an absent one."""
-    if t is None:
-        return None
-    view = _lib.MhcTensor()
-    view.data = t.data_ptr()  # already includes the storage offset
-    view.dtype = _MHC_DTYPE[t.dtype]
-    view.rank = t.dim()
-    for i, (extent, stride) in enumerate(zip(t.shape, t.stride())):
-        view.shape[i] = extent
-        view.strides[i] = stride
-    return view
-
-
-def _ptr(view):
-    return None if view is None else ctypes.byref(view)
-
-
-def _eps(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name}: expected a float, got {type(value).__name__}")
-    return float(value)
-
-
-def _options(norm_eps, hc_eps):
-    options = _lib.lib.mhc_default_options()
-    if norm_eps is not None:  # the backward has no norm_eps: keep the default
-        options.norm_eps = norm_eps
-    options.hc_eps = hc_eps
-    options.num_threads = _num_threads
-    return options
-
-
-def _raise_on_error(status):
-    if status == _lib.OK:
-        return
-    message, kind = _lib.last_error()
-    message = message or f"mhc: call failed with status {status}"
-    raise (TypeError if kind == _lib.ERROR_DTYPE else ValueError)(message)
-
-
-def _token_dims(x):
-    """Leading per-token dims and (N, D) from x: [B,S,N,D] -> (B,S), [T,N,D] -> (T,)."""
-    if x.dim() not in (3, 4):
-        raise ValueError(f"x: expected shape [B,S,N,D] or [T,N,D], got {list(x.shape)}")
-    return tuple(x.shape[:-2]), x.shape[-2], x.shape[-1]
-
-
-def _two_entry(alpha):
-    return alpha.numel() == 2
-
-
-def _check_pre_args(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag):
-    """npu_mhc_pre's Python-side checks, in argument order; returns (norm_eps, hc_eps)."""
-    _check("x", x)
-    _check("phi", phi, "fp32")
-    _check("alpha", alpha, "fp32")
-    _check("bias", bias, "fp32")
-    _check("gamma", gamma, "fp32", optional=True)
-    norm_eps = _eps("norm_eps", norm_eps)
-    hc_eps = _eps("hc_eps", hc_eps)
-    if isinstance(out_flag, bool) or not isinstance(out_flag, numbers.Integral):
-        raise TypeError(f"out_flag: expected 0 or 1, got {type(out_flag).__name__}")
-    if out_flag not in (0, 1):
-        raise ValueError(f"out_flag: expected 0 or 1, got {out_flag}")
-    return norm_eps, hc_eps
-
-
-def _run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, with_caches):
-    """The library's forward on checked arguments: (h_in, h_post, h_res, inv_rms, h_mix,
-    h_pre), the last three None unless with_caches."""
-    lead, n, d = _token_dims(x)
-    # Shapes of the outputs follow the inputs; the library checks they agree. F comes
-    # from phi only when phi is [F, N*D]: any other phi (a transposed [N*D, F] above
-    # all) gets the library's error naming phi, with no outputs sized from it first.
-    f = phi.shape[0] if phi.dim() == 2 and phi.shape[1] == n * d else 2 * n
-    r = max(f - 2 * n, 0)
-    f32 = torch.float32
-    h_in = _outputs.empty(lead + (d,), x.dtype)
-    h_post = _outputs.empty(lead + (n,), f32)
-    h_res = None
-    if not _two_entry(alpha):
-        h_res = _outputs.empty(lead + ((n, n) if r == n * n else (r,)), f32)
-    inv_rms = h_mix = h_pre = None
-    if with_caches:
-        inv_rms = _outputs.empty(lead, f32)
-        h_mix = _outputs.empty(lead + (f,), f32)
-        h_pre = _outputs.empty(lead + (n,), f32)
-
-    views = [_view(t) for t in (x, phi, alpha, bias, gamma, h_in, h_post, h_res, inv_rms, h_mix, h_pre)]
-    options = _options(norm_eps, hc_eps)
-    status = _lib.lib.mhc_pre_forward(*[_ptr(v) for v in views], ctypes.byref(options))
-    _raise_on_error(status)
-    return h_in, h_post, h_res, inv_rms, h_mix, h_pre
+from ._core import (check_pre_args, get_num_threads, npu_mhc_pre_backward, run_pre_forward,
+                    set_num_threads)
+from .autograd import MhcPreFunction
 
 
 def _builds_graph(*inputs):
@@ -171,47 +32,10 @@ def npu_mhc_pre(x, phi, alpha, bias, *, gamma=None, norm_eps=1e-6, hc_eps=1e-6, 
     input requires grad, torch.no_grad, inference_mode) the library is called directly.
     """
     if _builds_graph(x, phi, alpha, bias, gamma):
-        from .autograd import MhcPreFunction  # deferred: autograd imports this module
-
         outputs = MhcPreFunction.apply(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag)
         return outputs if out_flag else outputs + (None, None, None)
-    norm_eps, hc_eps = _check_pre_args(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag)
-    return _run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, with_caches=bool(out_flag))
+    norm_eps, hc_eps = check_pre_args(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag)
+    return run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, with_caches=bool(out_flag))
 
 
-def npu_mhc_pre_backward(x, phi, alpha, grad_h_in, grad_h_post, grad_h_res, inv_rms, h_mix,
-                         h_pre, h_post, gamma=None, hc_eps=1e-6, grad_x_post=None):
-    """mHC pre-block backward (SPEC §3), fed the caches of npu_mhc_pre(out_flag=1).
-
-    Returns (grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma); grad_gamma is None
-    without gamma. grad_h_res must be None for a two-entry alpha.
-    """
-    x = _check("x", x)
-    phi = _check("phi", phi, "fp32")
-    alpha = _check("alpha", alpha, "fp32")
-    grad_h_in = _check("grad_h_in", grad_h_in)
-    grad_h_post = _check("grad_h_post", grad_h_post, "fp32")
-    grad_h_res = _check("grad_h_res", grad_h_res, "fp32", optional=True)
-    inv_rms = _check("inv_rms", inv_rms, "fp32")
-    h_mix = _check("h_mix", h_mix, "fp32")
-    h_pre = _check("h_pre", h_pre, "fp32")
-    h_post = _check("h_post", h_post, "fp32")
-    gamma = _check("gamma", gamma, "fp32", optional=True)
-    hc_eps = _eps("hc_eps", hc_eps)
-    grad_x_post = _check("grad_x_post", grad_x_post, optional=True)
-
-    f32 = torch.float32
-    f = phi.shape[0] if phi.dim() >= 1 else (h_mix.shape[-1] if h_mix.dim() >= 1 else 0)
-    grad_x = _outputs.empty(x.shape, x.dtype)
-    grad_phi = _outputs.empty(phi.shape, f32)
-    grad_alpha = _outputs.empty(alpha.shape, f32)
-    grad_bias = _outputs.empty((f,), f32)
-    grad_gamma = _outputs.empty(gamma.shape, f32) if gamma is not None else None
-
-    tensors = (x, phi, alpha, grad_h_in, grad_h_post, grad_h_res, inv_rms, h_mix, h_pre, h_post,
-               gamma, grad_x_post, grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma)
-    views = [_view(t) for t in tensors]
-    options = _options(None, hc_eps)
-    status = _lib.lib.mhc_pre_backward(*[_ptr(v) for v in views], ctypes.byref(options))
-    _raise_on_error(status)
-    return grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma
+__all__ = ["npu_mhc_pre", "npu_mhc_pre_backward", "set_num_threads", "get_num_threads"]

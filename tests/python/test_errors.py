@@ -1,4 +1,5 @@
 """Errors surface as Python exceptions naming the tensor; the process never aborts."""
+import glob
 import os
 import subprocess
 import sys
@@ -116,8 +117,8 @@ def test_transposed_phi_is_rejected_before_outputs_sized_from_it(monkeypatch):
     t, n, d = 3, 4, 64
     x, phi, alpha, bias = fwd_inputs(n=n, d=d, t=t)
     requested = []
-    real_empty = mhc.ops._outputs.empty
-    monkeypatch.setattr(mhc.ops._outputs, "empty",
+    real_empty = mhc._output_cache.cache.empty
+    monkeypatch.setattr(mhc._output_cache.cache, "empty",
                         lambda shape, dtype: requested.append(tuple(shape)) or real_empty(shape, dtype))
     with pytest.raises(ValueError) as info:
         mhc.npu_mhc_pre(x, phi.t().contiguous(), alpha, bias, out_flag=1)
@@ -221,8 +222,8 @@ def test_missing_library_is_a_clear_import_error(tmp_path):
         pytest.skip("a libmhc is installed system-wide")
     package = tmp_path / "mhc"
     package.mkdir()
-    for name in ("__init__.py", "_lib.py", "ops.py", "autograd.py"):
-        shutil.copy(os.path.join(REPO, "python", "mhc", name), package / name)
+    for path in glob.glob(os.path.join(REPO, "python", "mhc", "*.py")):
+        shutil.copy(path, package / os.path.basename(path))
     environ = {k: v for k, v in os.environ.items() if k != "MHC_LIBRARY"}
     environ["PYTHONPATH"] = str(tmp_path)
     proc = subprocess.run([sys.executable, "-c", "import mhc"], capture_output=True, text=True,

@@ -132,7 +132,7 @@ def test_a_cache_modified_in_place_is_torchs_runtime_error():
 def test_no_input_requiring_grad_takes_the_direct_path(monkeypatch, out_flag):
     inp = make_inputs(small_case("fp16"), seed=616)
     want = call_npu(inp, out_flag)
-    monkeypatch.setattr(mhc.autograd, "MhcPreFunction", NoFunction)
+    monkeypatch.setattr(mhc.ops, "MhcPreFunction", NoFunction)
     outputs = call_npu(inp, out_flag)
     for name, w, got in zip(OUTPUT_NAMES + CACHE_NAMES, want, outputs):
         assert got is None or (got.grad_fn is None and not got.requires_grad), name
@@ -146,7 +146,7 @@ def test_no_grad_modes_take_the_direct_path(monkeypatch, mode):
     inp = make_inputs(small_case("bf16"), seed=617)
     leaves = leaves_of(inp)
     want = call_npu(inp, out_flag=1)
-    monkeypatch.setattr(mhc.autograd, "MhcPreFunction", NoFunction)
+    monkeypatch.setattr(mhc.ops, "MhcPreFunction", NoFunction)
     with getattr(torch, mode)():
         outputs = call_npu(leaves, out_flag=1)
     for name, w, got in zip(OUTPUT_NAMES + CACHE_NAMES, want, outputs):
@@ -211,5 +211,5 @@ def test_errors_with_grad_are_the_errors_without(monkeypatch, bad):
     if bad in PYTHON_SIDE:
         def no_forward(*args, **kwargs):
             raise AssertionError("the forward ran before the checks")
-        monkeypatch.setattr(mhc.autograd, "_run_pre_forward", no_forward)
+        monkeypatch.setattr(mhc.autograd, "run_pre_forward", no_forward)
         assert error_of(lambda: BAD_CALLS[bad](grad_inputs)) == want
