@@ -51,20 +51,20 @@ struct BackwardStep {
 
 struct PreBackwardKernels {
   // Scratch floats one worker needs; floats of a lane's shared chunk buffers.
-  int64_t (*scratch_floats)(const core::Dims&);
-  int64_t (*chunk_floats)(const core::BackwardProblem&);
+  int64_t (*scratch_floats)(const core::Dims&) = nullptr;
+  int64_t (*chunk_floats)(const core::BackwardProblem&) = nullptr;
   // Phase 1: per-token G, c, gz and grad_alpha terms of tokens [t0, t1) of the
   // chunk starting at chunk0.
-  void (*token_stats)(const BackwardStep&, int64_t chunk0, int64_t t0, int64_t t1);
+  void (*token_stats)(const BackwardStep&, int64_t chunk0, int64_t t0, int64_t t1) = nullptr;
   // Phase 2, the chunk [t0, t1) and one column item: the chunk's sums of G v^T
   // and v*gu added to the lane's totals, and grad_x unless the family has phase 3.
-  void (*columns)(const BackwardStep&, int64_t t0, int64_t t1, const ColumnItem&);
+  void (*columns)(const BackwardStep&, int64_t t0, int64_t t1, const ColumnItem&) = nullptr;
   // Phase 3 (nullptr: none): grad_x of tokens [t0, t1) of the chunk at chunk0.
-  void (*rows)(const BackwardStep&, int64_t chunk0, int64_t t0, int64_t t1);
+  void (*rows)(const BackwardStep&, int64_t chunk0, int64_t t0, int64_t t1) = nullptr;
   // After the last chunk: grad_phi and grad_gamma of a column item from the lanes' totals.
-  void (*finish_columns)(const BackwardStep&, const ColumnItem&);
+  void (*finish_columns)(const BackwardStep&, const ColumnItem&) = nullptr;
   // grad_bias and grad_alpha from the per-token terms.
-  void (*finish_sums)(const BackwardStep&);
+  void (*finish_sums)(const BackwardStep&) = nullptr;
   // Instead of the phases: the whole operator on one thread, with memory of its
   // own (the float64 reference, whose sums over all tokens in float64 and token
   // order chunks of fp32 totals would change). nullptr for the phased families.

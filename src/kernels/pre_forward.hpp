@@ -11,7 +11,7 @@ namespace mhc::kernels {
 
 // Tokens per forward work item of the SIMD and portable families: each item reads
 // all of phi once, so longer items read it less often; its u chunk (64 x 8 KiB)
-// still stays in L2 (mhc-kernel-bench: ForwardItem/tokens).
+// still stays in L2 (mhc-kernel-bench: PreForward/avx512/T:256).
 inline constexpr int64_t kTokensPerItem = 64;
 
 // Floats rounded up so every buffer starts on a 64-byte boundary.
@@ -41,9 +41,9 @@ struct ForwardItem {
 
 struct PreForwardKernels {
   // Scratch floats one worker needs.
-  int64_t (*scratch_floats)(const core::Dims&);
+  int64_t (*scratch_floats)(const core::Dims&) = nullptr;
   // Every per-token output of tokens [t0, t1).
-  void (*tokens)(const ForwardItem&, int64_t t0, int64_t t1);
+  void (*tokens)(const ForwardItem&, int64_t t0, int64_t t1) = nullptr;
   // Most tokens per item (the driver cuts short calls finer), from dims and dtypes
   // only, never from T alone (batch invariance). nullptr: kTokensPerItem.
   int64_t (*item_tokens)(const core::ForwardProblem&) = nullptr;

@@ -132,6 +132,13 @@ __attribute__((target("avx512f,avx512bw"))) inline bool split_row(const core::Fo
 
 }  // namespace
 
+__attribute__((target("avx512f,avx512bw"))) bool split_step(const float* values, uint16_t* parts) {
+  __m512i split[kParts];
+  const bool finite = split_pairs(_mm512_loadu_ps(values), _mm512_loadu_ps(values + 16), split) == 0;
+  for (int part = 0; part < kParts; ++part) _mm512_storeu_si512(parts + part * kStep, split[part]);
+  return finite;
+}
+
 // Packs k steps [s0, s1): for each step, part and C tile, 16 rows (pairs of
 // columns of phi) x width columns (rows of phi) of bf16 pairs, as tdpbf16ps
 // reads B. Steps go in blocks of kPackSteps: each row of phi is read in a run of

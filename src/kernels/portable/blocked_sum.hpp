@@ -23,7 +23,7 @@ inline float dot(const float* a, const float* b, int64_t b_stride, int64_t n) {
     for (; i + kLanes <= n; i += kLanes)
       for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l] * b[(i + l) * b_stride];
   }
-  for (int l = 0; i < n; ++i, ++l) acc[l] += a[i] * b[i * b_stride];
+  for (int l = 0; i < n && l < kLanes; ++i, ++l) acc[l] += a[i] * b[i * b_stride];  // n % kLanes left
   return fold_lanes(acc);
 }
 

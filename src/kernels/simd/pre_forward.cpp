@@ -18,14 +18,13 @@
 #include "hwy/highway.h"
 #include "kernels/common/token_math.hpp"
 #include "kernels/simd/simd.hpp"
+#include "kernels/simd/gemm_tile-inl.h"
+#include "kernels/simd/token_rows-inl.h"
 #include "kernels/simd/vec-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace mhc::kernels::simd::HWY_NAMESPACE {
 
-// Rows of u are padded by one cache line so that the tokens of a tile do not sit
-// a multiple of 4 KiB apart (same L1 set).
-constexpr int64_t kURowFloats = kChunkColumns + 16;
 // Columns per block of phi's copy, and the copy's row stride (padded as u's).
 // phi's own rows are K floats apart, a multiple of 4 KiB for the usual K: read in
 // place, every row's line sits in one L1 set and each tile fetches them from L2
@@ -33,9 +32,6 @@ constexpr int64_t kURowFloats = kChunkColumns + 16;
 // 35.2-35.8 -> 31.6-32.8; c and d within noise).
 constexpr int64_t kBlockColumns = 256, kBlockStride = kBlockColumns + 16;
 
-// Register blocking: accumulators kTileTokens x kTileRows, plus the u vectors and one phi row.
-constexpr int kTileTokens = HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 ? 2 : 4;
-constexpr int kTileRows = 6;
 // CastChunk prefetches the row of the token this many ahead (4 against 2, mhc-bench,
 // interleaved: avx512 a 27.6-30.1 -> 25.5-27.4 ms, d 0.87-0.90 -> 0.80-0.88; avx2 within noise).
 constexpr int64_t kCastAhead = 4;
@@ -95,12 +91,9 @@ static void CastChunk(const core::ForwardProblem& p, int64_t t, int64_t t_ahead,
       float* u_out = u_row + (n * D - k0);
       int64_t j = j0;
       if (unit)
-        for (; j + L <= j1; j += L) {
-          PrefetchLine<0>(ahead + j * esize);
-          const VF v = LoadT<T>(df, p.x.data, x_at + j);
-          if (with_sum_sq) sq = hn::MulAdd(v, v, sq);
-          hn::StoreU(has_gamma ? hn::Mul(v, hn::LoadU(df, gamma + gamma_at + j)) : v, df, u_out + j);
-        }
+        j += ScaleRow<T>(static_cast<const char*>(p.x.data) + (x_at + j) * esize,
+                         has_gamma ? gamma + gamma_at + j : nullptr, j1 - j, u_out + j, sq, with_sum_sq,
+                         ahead + j * esize);
       for (; j + L <= j1; j += L) {
         const VF v = LoadRow(df, p.x.data, T, x_at + j * xs, xs, L);
         if (with_sum_sq) sq = hn::MulAdd(v, v, sq);
@@ -118,63 +111,6 @@ static void CastChunk(const core::ForwardProblem& p, int64_t t, int64_t t_ahead,
   for (int64_t k = k1; k < k_end; ++k) u_row[k - k0] = 0.0f;
   hn::Store(sq, df, sq_lanes);
   *sq_tail = tail;
-}
-
-// acc[t][f] += u[t] . phi[f] over `vectors` column vectors, for a tile of TT
-// tokens x TR rows: u's rows kURowFloats apart, phi's w_stride, the
-// accumulators' acc_stride.
-template <int TT, int TR>
-HWY_INLINE void Tile(const float* u, const float* phi, int64_t w_stride, int64_t vectors, float* acc_rows,
-                     int64_t acc_stride) {
-  const DF df;
-  const int64_t L = hn::Lanes(df);
-  VF acc[TT][TR];
-#pragma GCC unroll 8
-  for (int t = 0; t < TT; ++t)
-#pragma GCC unroll 8
-    for (int f = 0; f < TR; ++f) acc[t][f] = hn::Load(df, acc_rows + t * acc_stride + f * L);
-  for (int64_t i = 0; i < vectors; ++i) {
-    VF uv[TT];
-#pragma GCC unroll 8
-    for (int t = 0; t < TT; ++t) uv[t] = hn::Load(df, u + t * kURowFloats + i * L);
-#pragma GCC unroll 8
-    for (int f = 0; f < TR; ++f) {
-      VF w = hn::LoadU(df, phi + f * w_stride + i * L);
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
-      asm("" : "+v"(w.raw));  // one load reused by the tile's tokens, not re-read per FMA
-#endif
-#pragma GCC unroll 8
-      for (int t = 0; t < TT; ++t) acc[t][f] = hn::MulAdd(uv[t], w, acc[t][f]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int t = 0; t < TT; ++t)
-#pragma GCC unroll 8
-    for (int f = 0; f < TR; ++f) hn::Store(acc[t][f], df, acc_rows + t * acc_stride + f * L);
-}
-
-template <int TT>
-HWY_INLINE void TileRows(int rows, const float* u, const float* phi, int64_t w_stride, int64_t vectors, float* acc,
-                         int64_t acc_stride) {
-  switch (rows) {
-    case 1: return Tile<TT, 1>(u, phi, w_stride, vectors, acc, acc_stride);
-    case 2: return Tile<TT, 2>(u, phi, w_stride, vectors, acc, acc_stride);
-    case 3: return Tile<TT, 3>(u, phi, w_stride, vectors, acc, acc_stride);
-    case 4: return Tile<TT, 4>(u, phi, w_stride, vectors, acc, acc_stride);
-    case 5: return Tile<TT, 5>(u, phi, w_stride, vectors, acc, acc_stride);
-    default: return Tile<TT, kTileRows>(u, phi, w_stride, vectors, acc, acc_stride);
-  }
-}
-
-static void RunTile(int tokens, int rows, const float* u, const float* phi, int64_t w_stride, int64_t vectors,
-                    float* acc, int64_t acc_stride) {
-  static_assert(kTileTokens == 2 || kTileTokens == 4, "tile dispatch covers 1..4 tokens");
-  switch (tokens) {
-    case 1: return TileRows<1>(rows, u, phi, w_stride, vectors, acc, acc_stride);
-    case 2: return TileRows<2>(rows, u, phi, w_stride, vectors, acc, acc_stride);
-    case 3: return TileRows<3>(rows, u, phi, w_stride, vectors, acc, acc_stride);
-    default: return TileRows<4>(rows, u, phi, w_stride, vectors, acc, acc_stride);
-  }
 }
 
 // Every tile of the item (tokens x rows) over `vectors` column vectors from u's
@@ -202,14 +138,12 @@ static void HInRow(const core::ForwardProblem& p, int64_t t, const float* h_pre)
   const bool stream = d.T * d.D * core::element_size(p.h_in.dtype) > kStreamHInBytes;
   WithDType(p.x.dtype, [&]<DType T>() {  // h_in has x's dtype
     int64_t j = 0;
-    if (xs == 1 && hs == 1)
-      for (; j < full; j += L) {
-        VF acc = hn::Zero(df);
-        for (int64_t n = 0; n < d.N; ++n)
-          acc = hn::MulAdd(hn::Set(df, h_pre[n]), LoadT<T>(df, p.x.data, x_row + n * xn + j), acc);
-        if (stream) StreamT<T>(df, acc, p.h_in.data, h_row + j);
-        else StoreT<T>(df, acc, p.h_in.data, h_row + j);
-      }
+    if (xs == 1 && hs == 1) {
+      const int64_t esize = core::element_size(T);
+      WeightedRows<T>(static_cast<const char*>(p.x.data) + x_row * esize, xn, h_pre, d.N, full,
+                      static_cast<char*>(p.h_in.data) + h_row * esize, stream);
+      j = full;
+    }
     for (; j < d.D; j += L) {
       const int64_t count = std::min(L, d.D - j);
       VF acc = hn::Zero(df);

@@ -15,7 +15,7 @@ namespace mhc::ops::pre_forward {
 // Calls too short for this many items of the kernels' length are cut into this
 // many shorter items of whole groups of kItemGranule tokens (the AMX family's
 // pair of 16-token tiles), so that 2-4 workers share them (mhc-kernel-bench:
-// ForwardItem/tokens; mhc-bench's decode rows).
+// PreForward/<family>/T:64 and T:256).
 inline constexpr int64_t kItems = 4;
 inline constexpr int64_t kItemGranule = 32;
 

@@ -1,0 +1,94 @@
+// The forward's GEMM microkernel for one Highway target: a register-blocked tile
+// of TT tokens x TR rows of phi over a run of column vectors.
+//
+// Accumulation order (the determinism contract): lane l of acc[t][f] adds
+// u[t][i L + l] * w[f][i L + l] as one fused multiply-add per vector i, i
+// ascending, onto its value on entry; so chained calls over consecutive column
+// runs give the bits of one call over all of them.
+
+// Per-target include guard (Highway's idiom).
+#if defined(MHC_KERNELS_SIMD_GEMM_TILE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef MHC_KERNELS_SIMD_GEMM_TILE_INL_H_
+#undef MHC_KERNELS_SIMD_GEMM_TILE_INL_H_
+#else
+#define MHC_KERNELS_SIMD_GEMM_TILE_INL_H_
+#endif
+
+#include <cstdint>
+
+#include "hwy/highway.h"
+#include "kernels/simd/simd.hpp"
+#include "kernels/simd/vec-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace mhc::kernels::simd::HWY_NAMESPACE {
+
+// Rows of u are padded by one cache line so that the tokens of a tile do not sit
+// a multiple of 4 KiB apart (same L1 set).
+constexpr int64_t kURowFloats = kChunkColumns + 16;
+
+// Register blocking: accumulators kTileTokens x kTileRows, plus the u vectors and one phi row.
+constexpr int kTileTokens = HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 ? 2 : 4;
+constexpr int kTileRows = 6;
+
+// acc[t][f] += u[t] . phi[f] over `vectors` column vectors, for a tile of TT
+// tokens x TR rows: u's rows kURowFloats apart, phi's w_stride, the
+// accumulators' acc_stride.
+template <int TT, int TR>
+HWY_INLINE void Tile(const float* u, const float* phi, int64_t w_stride, int64_t vectors, float* acc_rows,
+                     int64_t acc_stride) {
+  const DF df;
+  const int64_t L = hn::Lanes(df);
+  VF acc[TT][TR];
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+    for (int f = 0; f < TR; ++f) acc[t][f] = hn::Load(df, acc_rows + t * acc_stride + f * L);
+  for (int64_t i = 0; i < vectors; ++i) {
+    VF uv[TT];
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; ++t) uv[t] = hn::Load(df, u + t * kURowFloats + i * L);
+#pragma GCC unroll 8
+    for (int f = 0; f < TR; ++f) {
+      VF w = hn::LoadU(df, phi + f * w_stride + i * L);
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
+      asm("" : "+v"(w.raw));  // one load reused by the tile's tokens, not re-read per FMA
+#endif
+#pragma GCC unroll 8
+      for (int t = 0; t < TT; ++t) acc[t][f] = hn::MulAdd(uv[t], w, acc[t][f]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < TT; ++t)
+#pragma GCC unroll 8
+    for (int f = 0; f < TR; ++f) hn::Store(acc[t][f], df, acc_rows + t * acc_stride + f * L);
+}
+
+template <int TT>
+HWY_INLINE void TileRows(int rows, const float* u, const float* phi, int64_t w_stride, int64_t vectors, float* acc,
+                         int64_t acc_stride) {
+  switch (rows) {
+    case 1: return Tile<TT, 1>(u, phi, w_stride, vectors, acc, acc_stride);
+    case 2: return Tile<TT, 2>(u, phi, w_stride, vectors, acc, acc_stride);
+    case 3: return Tile<TT, 3>(u, phi, w_stride, vectors, acc, acc_stride);
+    case 4: return Tile<TT, 4>(u, phi, w_stride, vectors, acc, acc_stride);
+    case 5: return Tile<TT, 5>(u, phi, w_stride, vectors, acc, acc_stride);
+    default: return Tile<TT, kTileRows>(u, phi, w_stride, vectors, acc, acc_stride);
+  }
+}
+
+static void RunTile(int tokens, int rows, const float* u, const float* phi, int64_t w_stride, int64_t vectors,
+                    float* acc, int64_t acc_stride) {
+  static_assert(kTileTokens == 2 || kTileTokens == 4, "tile dispatch covers 1..4 tokens");
+  switch (tokens) {
+    case 1: return TileRows<1>(rows, u, phi, w_stride, vectors, acc, acc_stride);
+    case 2: return TileRows<2>(rows, u, phi, w_stride, vectors, acc, acc_stride);
+    case 3: return TileRows<3>(rows, u, phi, w_stride, vectors, acc, acc_stride);
+    default: return TileRows<4>(rows, u, phi, w_stride, vectors, acc, acc_stride);
+  }
+}
+
+}  // namespace mhc::kernels::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard

@@ -1,0 +1,94 @@
+// The microkernel tables of microkernels.hpp, one per Highway target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/simd/microkernels.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "hwy/cache_control.h"  // FlushStream
+#include "hwy/highway.h"
+#include "kernels/simd/gemm_tile-inl.h"
+#include "kernels/simd/microkernels.hpp"
+#include "kernels/simd/strip_block-inl.h"
+#include "kernels/simd/token_rows-inl.h"
+#include "kernels/simd/vec-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace mhc::kernels::simd::HWY_NAMESPACE {
+namespace {
+
+void GemmTileKernel(int tokens, int rows, const float* u, const float* w, int64_t w_stride, int64_t vectors,
+                    float* acc, int64_t acc_stride) {
+  RunTile(tokens, rows, u, w, w_stride, vectors, acc, acc_stride);
+}
+
+int64_t ScaleRowKernel(DType x_dtype, const void* x, const float* gamma, int64_t count, float* u, float* sq_lanes) {
+  const DF df;
+  VF sq = hn::LoadU(df, sq_lanes);
+  int64_t done = 0;
+  WithDType(x_dtype, [&]<DType T>() { done = ScaleRow<T>(x, gamma, count, u, sq, true, static_cast<const char*>(x)); });
+  hn::StoreU(sq, df, sq_lanes);
+  return done;
+}
+
+void WeightedRowsKernel(DType dtype, const void* x, int64_t n_stride, const float* h_pre, int64_t N, int64_t count,
+                        void* out) {
+  WithDType(dtype, [&]<DType T>() { WeightedRows<T>(x, n_stride, h_pre, N, count, out, false); });
+}
+
+float FoldLanesKernel(const float* lanes) { return FoldLanes(DF(), hn::LoadU(DF(), lanes)); }
+
+void StoreRoundedKernel(DType dtype, const float* in, int64_t count, void* out) {
+  const DF df;
+  const int64_t L = hn::Lanes(df);
+  WithDType(dtype, [&]<DType T>() {
+    for (int64_t i = 0; i < count; i += L) StoreT<T>(df, hn::LoadU(df, in + i), out, i);
+  });
+}
+
+void StripBlockKernel(int rows, bool last, DType x_dtype, const float* G, int64_t F, int64_t tokens, int64_t f0,
+                      const float* const* phi_rows, const void* v_tile, int64_t v_row, float* gu_tile, bool first,
+                      int64_t width, float* totals, int64_t total_stride, const float* c, const float* gamma,
+                      float* gamma_total) {
+  WithDType(x_dtype, [&]<DType T>() {
+    if (last) {
+      const StripFinish finish{c, hn::LoadU(DF(), gamma), gamma_total};
+      RunStripBlock<true, T>(rows, G, F, tokens, f0, phi_rows, v_tile, v_row, gu_tile, first, width, totals,
+                             total_stride, finish);
+    } else {
+      RunStripBlock<false, T>(rows, G, F, tokens, f0, phi_rows, v_tile, v_row, gu_tile, first, width, totals,
+                              total_stride, StripFinish{});
+    }
+  });
+}
+
+}  // namespace
+
+const Microkernels kMicrokernels = {.target = HWY_TARGET == HWY_AVX2 ? "avx2" : HWY_TARGET == HWY_AVX3 ? "avx512" : "other",
+                                    .lanes = int(hn::MaxLanes(DF())),  // fixed-width targets: the lanes
+                                    .tile_tokens = kTileTokens,
+                                    .tile_rows = kTileRows,
+                                    .u_row_floats = kURowFloats,
+                                    .gemm_tile = GemmTileKernel,
+                                    .scale_row = ScaleRowKernel,
+                                    .weighted_rows = WeightedRowsKernel,
+                                    .fold_lanes = FoldLanesKernel,
+                                    .store_rounded = StoreRoundedKernel,
+                                    .block_rows = kBlockRows,
+                                    .token_floats = kTokenFloats,
+                                    .strip_block = StripBlockKernel};
+
+}  // namespace mhc::kernels::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace mhc::kernels::simd {
+const Microkernels* microkernels(Isa isa) {
+#if HWY_TARGETS & HWY_AVX3
+  if (isa == Isa::avx512) return &N_AVX3::kMicrokernels;
+#endif
+#if HWY_TARGETS & HWY_AVX2
+  if (isa == Isa::avx2) return &N_AVX2::kMicrokernels;
+#endif
+  return nullptr;
+}
+}  // namespace mhc::kernels::simd
+#endif

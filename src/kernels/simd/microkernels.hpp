@@ -1,0 +1,57 @@
+// Each Highway target's microkernels as plain functions, for their testers
+// (tests/kernels) and benchmarks (bench/kernel_bench.cpp). The SIMD families call
+// the same templates inlined; these tables take their arguments as pointers,
+// strides and counts only. Each kind's accumulation order is stated in its
+// -inl.h header.
+#pragma once
+
+#include <cstdint>
+
+#include "mhc/mhc.hpp"
+
+namespace mhc::kernels::simd {
+
+struct Microkernels {
+  const char* target;  // "avx512", "avx2"
+  int lanes;           // fp32 lanes of a vector
+
+  // gemm_tile-inl.h: acc[t][f][lane] += u[t] . w[f] over `vectors` vectors, for
+  // tokens <= tile_tokens and rows <= tile_rows; u's rows u_row_floats apart,
+  // w's rows w_stride apart, acc's tokens acc_stride floats apart (rows L apart).
+  // u and acc on vector boundaries.
+  int tile_tokens, tile_rows;
+  int64_t u_row_floats;
+  void (*gemm_tile)(int tokens, int rows, const float* u, const float* w, int64_t w_stride, int64_t vectors,
+                    float* acc, int64_t acc_stride);
+
+  // token_rows-inl.h: u = v * gamma (gamma nullptr: v) and sq_lanes += v*v over the
+  // whole vectors of count; returns the elements done.
+  int64_t (*scale_row)(DType x_dtype, const void* x, const float* gamma, int64_t count, float* u, float* sq_lanes);
+  // out[j] = sum_n h_pre[n] x[n][j], j < count (a multiple of lanes), rows n_stride apart.
+  void (*weighted_rows)(DType dtype, const void* x, int64_t n_stride, const float* h_pre, int64_t N, int64_t count,
+                        void* out);
+
+  // vec-inl.h: the lanes folded by halves; fp32 vectors stored in a dtype
+  // (round to nearest even, NaN kept a NaN); count a multiple of lanes.
+  float (*fold_lanes)(const float* lanes);
+  void (*store_rounded)(DType dtype, const float* in, int64_t count, void* out);
+
+  // strip_block-inl.h: one strip, rows [f0, f0 + rows) (rows <= block_rows) of the
+  // chunk's `tokens` tokens. G [tokens][F]; phi_rows[r] the strip's L floats of
+  // row f0 + r; v_tile token rows v_row elements apart (x's dtype); gu tile rows
+  // token_floats apart, on vector boundaries; totals rows total_stride apart
+  // (`width` real columns).
+  // With last: c [tokens], gamma (L floats) and gamma_total (width floats) too.
+  int block_rows;
+  int64_t token_floats;
+  void (*strip_block)(int rows, bool last, DType x_dtype, const float* G, int64_t F, int64_t tokens, int64_t f0,
+                      const float* const* phi_rows, const void* v_tile, int64_t v_row, float* gu_tile, bool first,
+                      int64_t width, float* totals, int64_t total_stride, const float* c, const float* gamma,
+                      float* gamma_total);
+};
+
+// The target's table (avx512, avx2), or nullptr when this build has none; call
+// only where runs(isa) (registry.hpp).
+const Microkernels* microkernels(Isa isa);
+
+}  // namespace mhc::kernels::simd

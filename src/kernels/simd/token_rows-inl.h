@@ -1,0 +1,65 @@
+// The forward's row microkernels for one Highway target, over unit-stride rows:
+// a token's row scaled by gamma with its sum of squares (the GEMM's operand u),
+// and h_in as the h_pre-weighted sum of a token's N rows.
+//
+// Accumulation orders (the determinism contract): ScaleRow adds v*v to lane l
+// of sq as one fused multiply-add per vector, in ascending order, and rounds
+// u = v * gamma once; WeightedRows forms each output as fused multiply-adds
+// h_pre[n] * x[n] for n ascending from zero, rounded once to the output dtype
+// (round to nearest even).
+
+// Per-target include guard (Highway's idiom).
+#if defined(MHC_KERNELS_SIMD_TOKEN_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef MHC_KERNELS_SIMD_TOKEN_ROWS_INL_H_
+#undef MHC_KERNELS_SIMD_TOKEN_ROWS_INL_H_
+#else
+#define MHC_KERNELS_SIMD_TOKEN_ROWS_INL_H_
+#endif
+
+#include <cstdint>
+
+#include "hwy/highway.h"
+#include "kernels/simd/vec-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace mhc::kernels::simd::HWY_NAMESPACE {
+
+// The whole vectors of `count` elements of x (dtype T): u = v * gamma (gamma
+// nullptr: v), and with with_sq sq += v * v. The line at `ahead` + the same
+// byte offset is asked of L1 per vector (a row's next token: a chunk of a row is
+// too short for the hardware prefetcher to learn). Returns the elements done.
+template <DType T>
+HWY_INLINE int64_t ScaleRow(const void* x, const float* gamma, int64_t count, float* u, VF& sq, bool with_sq,
+                            const char* ahead) {
+  const DF df;
+  const int64_t L = hn::Lanes(df), esize = core::element_size(T);
+  int64_t j = 0;
+  for (; j + L <= count; j += L) {
+    PrefetchLine<0>(ahead + j * esize);
+    const VF v = LoadT<T>(df, x, j);
+    if (with_sq) sq = hn::MulAdd(v, v, sq);
+    hn::StoreU(gamma != nullptr ? hn::Mul(v, hn::LoadU(df, gamma + j)) : v, df, u + j);
+  }
+  return j;
+}
+
+// out[j] = sum_n h_pre[n] x[n][j] for j < count (a multiple of the lanes): the N
+// rows of x n_stride elements apart, out in x's dtype T, written with streaming
+// stores when `stream` (callers then end with hwy::FlushStream()).
+template <DType T>
+HWY_INLINE void WeightedRows(const void* x, int64_t n_stride, const float* h_pre, int64_t N, int64_t count, void* out,
+                             bool stream) {
+  const DF df;
+  const int64_t L = hn::Lanes(df);
+  for (int64_t j = 0; j < count; j += L) {
+    VF acc = hn::Zero(df);
+    for (int64_t n = 0; n < N; ++n) acc = hn::MulAdd(hn::Set(df, h_pre[n]), LoadT<T>(df, x, n * n_stride + j), acc);
+    if (stream) StreamT<T>(df, acc, out, j);
+    else StoreT<T>(df, acc, out, j);
+  }
+}
+
+}  // namespace mhc::kernels::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard

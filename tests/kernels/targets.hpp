@@ -1,0 +1,84 @@
+// The kernel targets compiled into this build that this CPU runs, for the
+// microkernel testers: each tester runs its kind on every one, in one process.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/registry.hpp"
+#include "kernels/simd/microkernels.hpp"
+#include "mhc/mhc.hpp"
+
+namespace mhc_kernel_test {
+
+using mhc::DType;
+using mhc::kernels::simd::Microkernels;
+
+// The SIMD targets' tables, best first.
+inline std::vector<const Microkernels*> simd_targets() {
+  std::vector<const Microkernels*> out;
+#if defined(MHC_WITH_SIMD)
+  for (mhc::Isa isa : {mhc::Isa::avx512, mhc::Isa::avx2})
+    if (mhc::kernels::simd::runs(isa))
+      if (const Microkernels* m = mhc::kernels::simd::microkernels(isa)) out.push_back(m);
+#endif
+  return out;
+}
+
+// splitmix64, as the operator tests.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  float uniform(float lo, float hi) { return lo + (hi - lo) * float(double(next() >> 40) * 0x1.0p-24); }
+  int64_t below(int64_t n) { return int64_t(next() % uint64_t(n)); }
+
+ private:
+  uint64_t state_;
+};
+
+// floats on a 64-byte boundary (the vector loads some microkernels ask for).
+class AlignedFloats {
+ public:
+  explicit AlignedFloats(size_t n) : storage_(n + 16), data_(storage_.data()) {
+    while (reinterpret_cast<uintptr_t>(data_) % 64 != 0) ++data_;
+    size_ = n;
+  }
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  size_t size() const { return size_; }
+  float& operator[](size_t i) { return data_[i]; }
+  const float& operator[](size_t i) const { return data_[i]; }
+  float* begin() { return data_; }
+  float* end() { return data_ + size_; }
+  std::vector<float> copy() const { return {data_, data_ + size_}; }
+
+ private:
+  std::vector<float> storage_;
+  float* data_;
+  size_t size_ = 0;
+};
+
+inline uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// Runs body(target) for every SIMD target; skips (saying why) where there is none.
+#define MHC_FOR_EACH_SIMD_TARGET(m)                                                         \
+  const auto targets_ = ::mhc_kernel_test::simd_targets();                                  \
+  if (targets_.empty()) GTEST_SKIP() << "no SIMD target compiled in or run by this CPU";   \
+  for (const ::mhc_kernel_test::Microkernels* m : targets_)
+
+}  // namespace mhc_kernel_test
