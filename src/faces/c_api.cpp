@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "faces/guarded.hpp"
 #include "mhc/mhc.h"
 #include "mhc/mhc.hpp"
 
@@ -62,15 +63,11 @@ mhc::Options to_options(const mhc_options* o) {
 
 template <class Fn>
 int guarded(Fn fn) {
-  try {
-    return fn();
-  } catch (const std::bad_alloc&) {
-    return fail(MHC_ERR_RUNTIME, MHC_ERROR_RUNTIME, "out of memory");
-  } catch (const std::exception& e) {
-    return fail(MHC_ERR_INTERNAL, MHC_ERROR_RUNTIME, std::string("internal error: ") + e.what());
-  } catch (...) {
-    return fail(MHC_ERR_INTERNAL, MHC_ERROR_RUNTIME, "internal error");
-  }
+  return mhc::faces::guarded(fn, [](bool out_of_memory, const char* what) {
+    if (out_of_memory) return fail(MHC_ERR_RUNTIME, MHC_ERROR_RUNTIME, "out of memory");
+    return fail(MHC_ERR_INTERNAL, MHC_ERROR_RUNTIME,
+                what != nullptr ? std::string("internal error: ") + what : std::string("internal error"));
+  });
 }
 
 }  // namespace

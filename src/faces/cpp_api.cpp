@@ -1,10 +1,9 @@
 // The C++ face: validate, get a workspace, run. Nothing else.
 #include <algorithm>
 #include <cstdint>
-#include <exception>
-#include <new>
 #include <string>
 
+#include "faces/guarded.hpp"
 #include "mhc/mhc.hpp"
 #include "ops/isa.hpp"
 #include "ops/pre_backward/pre_backward.hpp"
@@ -46,43 +45,55 @@ int64_t TensorView::numel() const {
 namespace {
 
 // Validated problem -> workspace (the calling thread's, reused across calls) -> run;
-// an allocation failure is reported before any output is written. No exception
-// leaves the C++ face: the float64 reference allocates its own memory, and may
-// find none before it writes anything.
+// an allocation failure is reported before any output is written.
 template <class Problem, class SizeFn, class RunFn>
 Status allocate_and_run(const Problem& problem, int threads, SizeFn size_of, RunFn run) {
-  try {
-    const size_t bytes = size_of(problem, threads);
-    void* workspace = bytes > 0 ? runtime::thread_workspace(bytes) : nullptr;
-    if (bytes > 0 && workspace == nullptr)
-      return {StatusCode::runtime_error, ErrorKind::runtime,
-              "workspace: could not allocate " + std::to_string(bytes) + " bytes"};
-    return run(problem, workspace, bytes, threads);
-  } catch (const std::bad_alloc&) {
-    return {StatusCode::runtime_error, ErrorKind::runtime, "out of memory"};
-  } catch (const std::exception& e) {
-    return {StatusCode::internal_error, ErrorKind::runtime, std::string("internal error: ") + e.what()};
-  }
+  const size_t bytes = size_of(problem, threads);
+  void* workspace = bytes > 0 ? runtime::thread_workspace(bytes) : nullptr;
+  if (bytes > 0 && workspace == nullptr)
+    return {StatusCode::runtime_error, ErrorKind::runtime,
+            "workspace: could not allocate " + std::to_string(bytes) + " bytes"};
+  return run(problem, workspace, bytes, threads);
+}
+
+// The float64 reference allocates its own memory, and may find none before it
+// writes anything: out of memory is a runtime error, outputs untouched.
+template <class Body>
+Status no_throw(Body&& body) {
+  return faces::guarded(body, [](bool out_of_memory, const char* what) -> Status {
+    if (out_of_memory) return {StatusCode::runtime_error, ErrorKind::runtime, "out of memory"};
+    return {StatusCode::internal_error, ErrorKind::runtime,
+            std::string("internal error: ") + (what != nullptr ? what : "unknown exception")};
+  });
 }
 
 }  // namespace
 
 Status pre_forward(const PreForwardInputs& in, const PreForwardOutputs& out, const Options& options) {
-  core::ForwardProblem problem;
-  if (Status s = ops::pre_forward::validate(in, out, options, &problem); !s.ok()) return s;
-  return allocate_and_run(problem, options.num_threads, ops::pre_forward::workspace_bytes, ops::pre_forward::run);
+  return no_throw([&] {
+    core::ForwardProblem problem;
+    if (Status s = ops::pre_forward::validate(in, out, options, &problem); !s.ok()) return s;
+    return allocate_and_run(problem, options.num_threads, ops::pre_forward::workspace_bytes, ops::pre_forward::run);
+  });
 }
 
 Status pre_backward(const PreBackwardInputs& in, const PreBackwardOutputs& out,
                     const Options& options) {
-  core::BackwardProblem problem;
-  if (Status s = ops::pre_backward::validate(in, out, options, &problem); !s.ok()) return s;
-  return allocate_and_run(problem, options.num_threads, ops::pre_backward::workspace_bytes, ops::pre_backward::run);
+  return no_throw([&] {
+    core::BackwardProblem problem;
+    if (Status s = ops::pre_backward::validate(in, out, options, &problem); !s.ok()) return s;
+    return allocate_and_run(problem, options.num_threads, ops::pre_backward::workspace_bytes,
+                            ops::pre_backward::run);
+  });
 }
 
 const char* isa() { return ops::default_isa_name(); }
-Status set_isa(Isa isa) { return ops::set_default_isa(isa); }
-Status set_isa(const char* name) { return ops::set_default_isa(name); }
+Status set_isa(Isa isa) {
+  return no_throw([&] { return ops::set_default_isa(isa); });
+}
+Status set_isa(const char* name) {
+  return no_throw([&] { return ops::set_default_isa(name); });
+}
 bool isa_available(Isa isa) { return ops::runs_here(isa); }
 const char* isa_name(Isa isa) { return ops::name_of(isa); }
 

@@ -18,6 +18,7 @@
 
 #include "acl/acl.h"
 #include "core/problem.hpp"
+#include "faces/guarded.hpp"
 #include "mhc/mhc.hpp"
 
 namespace mhc::aclnn {
@@ -137,15 +138,10 @@ aclnnStatus from_status(const char* op, const Status& status);
 // exception crosses the C boundary.
 template <class Body>
 int guarded(const char* op, Body body) {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    return fail(ACLNN_ERR_INNER, std::string(op) + ": out of host memory");
-  } catch (const std::exception& e) {
-    return fail(ACLNN_ERR_INNER, std::string(op) + ": internal error: " + e.what());
-  } catch (...) {
-    return fail(ACLNN_ERR_INNER, std::string(op) + ": internal error");
-  }
+  return faces::guarded(body, [op](bool out_of_memory, const char* what) -> int {
+    if (out_of_memory) return fail(ACLNN_ERR_INNER, std::string(op) + ": out of host memory");
+    return fail(ACLNN_ERR_INNER, std::string(op) + ": internal error" + (what != nullptr ? std::string(": ") + what : ""));
+  });
 }
 
 }  // namespace mhc::aclnn
