@@ -34,6 +34,19 @@ bool within_limit(int64_t a, int64_t b, int64_t* product) {
 
 }  // namespace
 
+ShapeOption TokenSpace::shape(std::initializer_list<const char*> names, std::vector<int64_t> inner) const {
+  std::vector<int64_t> dims_v;
+  std::vector<const char*> all;
+  if (dims.bsnd) { dims_v = {dims.B, dims.S}; all = {"B", "S"}; }
+  else { dims_v = {dims.T}; all = {"T"}; }
+  dims_v.insert(dims_v.end(), inner.begin(), inner.end());
+  all.insert(all.end(), names.begin(), names.end());
+  std::string lbl = "[";
+  for (size_t i = 0; i < all.size(); ++i) lbl += (i ? "," : "") + std::string(all[i]);
+  lbl += "]=" + dims_string(dims_v.data(), int(dims_v.size()));
+  return {dims_v, lbl};
+}
+
 Status check_x(const char* name, const TensorView& x, TokenSpace* space) {
   MHC_RETURN_IF_ERROR(check_view(name, x));
   if (x.dtype != DType::bf16 && x.dtype != DType::fp16 && x.dtype != DType::fp32)

@@ -25,18 +25,7 @@ struct TokenSpace {
 
   int leading() const { return dims.bsnd ? 2 : 1; }
   // The per-token shape with trailing dims `inner` (named `names`), in x's layout.
-  ShapeOption shape(std::initializer_list<const char*> names, std::vector<int64_t> inner) const {
-    std::vector<int64_t> dims_v;
-    std::vector<const char*> all;
-    if (dims.bsnd) { dims_v = {dims.B, dims.S}; all = {"B", "S"}; }
-    else { dims_v = {dims.T}; all = {"T"}; }
-    dims_v.insert(dims_v.end(), inner.begin(), inner.end());
-    all.insert(all.end(), names.begin(), names.end());
-    std::string lbl = "[";
-    for (size_t i = 0; i < all.size(); ++i) lbl += (i ? "," : "") + std::string(all[i]);
-    lbl += "]=" + dims_string(dims_v.data(), int(dims_v.size()));
-    return {dims_v, lbl};
-  }
+  ShapeOption shape(std::initializer_list<const char*> names, std::vector<int64_t> inner) const;
   core::Strided resolve(const TensorView& v) const {
     return resolve_token_tensor(v, leading(), dims.B, dims.S);
   }
