@@ -49,14 +49,11 @@ inline float forward_token_finish(const core::ForwardProblem& p, int64_t t, floa
   return r;
 }
 
-// Backward, token t: from g_pre[N] (= dL/dh_pre), write G = dL/dm, c, gz and the
-// grad_alpha terms of the token into the buffers.
-inline void backward_token_finish(const BackwardStep& step, int64_t t, const float* g_pre) {
-  const core::BackwardProblem& p = *step.problem;
-  const BackwardBuffers& b = *step.buffers;
+// Backward, token t: from g_pre[N] (= dL/dh_pre), the token's G[F] = dL/dm,
+// gz[F] = dL/dz, c and grad_alpha terms[3].
+inline void backward_token_finish(const core::BackwardProblem& p, int64_t t, const float* g_pre, float* G, float* gz,
+                                  float* c, float* alpha_terms_out) {
   const core::Dims& d = p.dims;
-  float* gz = b.gz + t * d.F;
-  float* G = b.G + t * d.F;
   const float alpha[3] = {p.alpha.load(p.alpha.at(0, 0)), p.alpha.load(p.alpha.at(0, 1)),
                           d.two_entry_alpha ? 0.0f : p.alpha.load(p.alpha.at(0, 2))};
   const float hc_eps = float(p.hc_eps);
@@ -86,8 +83,8 @@ inline void backward_token_finish(const BackwardStep& step, int64_t t, const flo
     alpha_terms[branch] += gz[f] * (r * m);
   }
   const float g_r = fold16(g_r_lanes);  // dL/dr
-  b.c[t] = -(r * r * r) * g_r / float(d.K);
-  std::memcpy(b.alpha_terms + 3 * t, alpha_terms, sizeof alpha_terms);
+  *c = -(r * r * r) * g_r / float(d.K);
+  std::memcpy(alpha_terms_out, alpha_terms, sizeof alpha_terms);
 }
 
 }  // namespace mhc::kernels

@@ -30,7 +30,8 @@ void backward_token_stats(const BackwardStep& step, int64_t, int64_t t0, int64_t
       for (int64_t j = 0; j < d.D; ++j) v[n * d.D + j] = p.x.load(p.x.at(t, n, j));
     for (int64_t j = 0; j < d.D; ++j) grad_h_in[j] = p.grad_h_in.load(p.grad_h_in.at(t, 0, j));
     for (int64_t n = 0; n < d.N; ++n) g_pre[n] = dot(v + n * d.D, grad_h_in, 1, d.D);
-    backward_token_finish(step, t, g_pre);
+    const BackwardBuffers& b = *step.buffers;
+      backward_token_finish(p, t, g_pre, b.G + t * d.F, b.gz + t * d.F, b.c + t, b.alpha_terms + 3 * t);
   }
 }
 

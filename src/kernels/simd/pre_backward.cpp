@@ -113,7 +113,8 @@ void BackwardTokenStats(const BackwardStep& step, int64_t chunk0, int64_t t0, in
         }
         g_pre[n] = FoldLanes(df, lanes);
       }
-      backward_token_finish(step, t, g_pre);
+      const BackwardBuffers& b = *step.buffers;
+      backward_token_finish(p, t, g_pre, b.G + t * d.F, b.gz + t * d.F, b.c + t, b.alpha_terms + 3 * t);
     }
   });
 }
