@@ -176,7 +176,10 @@ void pre_forward(benchmark::State& state, mhc::Isa isa, int64_t T) {
   options.isa = isa;
   options.num_threads = 2;
   for (auto _ : state)
-    if (!mhc::pre_forward(o.forward_in(), o.forward_out(), options).ok()) state.SkipWithError("pre_forward failed");
+    if (!mhc::pre_forward(o.forward_in(), o.forward_out(), options).ok()) {
+      state.SkipWithError("pre_forward failed");
+      break;
+    }
 }
 
 void pre_backward(benchmark::State& state, mhc::Isa isa, int64_t T) {
@@ -184,9 +187,15 @@ void pre_backward(benchmark::State& state, mhc::Isa isa, int64_t T) {
   mhc::Options options;
   options.isa = isa;
   options.num_threads = 2;
-  if (!mhc::pre_forward(o.forward_in(), o.forward_out(), options).ok()) state.SkipWithError("pre_forward failed");
+  if (!mhc::pre_forward(o.forward_in(), o.forward_out(), options).ok()) {
+    state.SkipWithError("pre_forward failed");
+    return;
+  }
   for (auto _ : state)
-    if (!mhc::pre_backward(o.backward_in(), o.backward_out(), options).ok()) state.SkipWithError("pre_backward failed");
+    if (!mhc::pre_backward(o.backward_in(), o.backward_out(), options).ok()) {
+      state.SkipWithError("pre_backward failed");
+      break;
+    }
 }
 
 }  // namespace

@@ -160,17 +160,17 @@ int main() {
   // reference. Per-token outputs come from the full run (batch invariance makes
   // them comparable); the sums over tokens from a backward over the sample alone.
   const int64_t S = 64, first = 1237;  // a contiguous sample inside the batch
-  mhc::reference::ForwardInputs64 fin;
+  mhc::kernels::reference::ForwardInputs64 fin;
   fin.dims = {1, S, S, N, D, K, R, F, false, false};
   for (int64_t i = 0; i < S * K; ++i) fin.x.push_back(mhc::core::bf16_to_float(x[first * K + i]));
   fin.phi.assign(phi.begin(), phi.end());
   fin.alpha.assign(alpha.begin(), alpha.end());
   fin.bias.assign(bias.begin(), bias.end());
   fin.gamma.assign(gamma.begin(), gamma.end());
-  const auto fref = mhc::reference::forward(fin);
+  const auto fref = mhc::kernels::reference::forward(fin);
 
   backward(S, first);  // sums over the sample only
-  mhc::reference::BackwardInputs64 bin;
+  mhc::kernels::reference::BackwardInputs64 bin;
   bin.dims = fin.dims;
   bin.x = fin.x; bin.phi = fin.phi; bin.alpha = fin.alpha; bin.gamma = fin.gamma;
   for (int64_t i = 0; i < S * D; ++i) bin.grad_h_in.push_back(mhc::core::bf16_to_float(grad_h_in[first * D + i]));
@@ -181,7 +181,7 @@ int main() {
   bin.h_mix.assign(h_mix.begin() + first * F, h_mix.begin() + (first + S) * F);
   bin.h_pre.assign(h_pre.begin() + first * N, h_pre.begin() + (first + S) * N);
   bin.h_post.assign(h_post.begin() + first * N, h_post.begin() + (first + S) * N);
-  const auto bref = mhc::reference::backward(bin);
+  const auto bref = mhc::kernels::reference::backward(bin);
 
   const Check checks[] = {
       rounded("h_in", h_in.data() + first * D, fref.h_in, fref.h_in_magnitude),

@@ -77,7 +77,14 @@ class [[nodiscard]] Status {
 
 // Kernel families, best first. `automatic` is the process default: set_isa(), else
 // MHC_ISA in the environment, else the best family this build and CPU run.
-enum class Isa { automatic = 0, amx = 1, avx512 = 2, avx2 = 3, portable = 4, reference = 5 };
+enum class Isa : int32_t {
+  automatic = MHC_ISA_DEFAULT,
+  amx = MHC_ISA_AMX,
+  avx512 = MHC_ISA_AVX512,
+  avx2 = MHC_ISA_AVX2,
+  portable = MHC_ISA_PORTABLE,
+  reference = MHC_ISA_REFERENCE
+};
 
 struct Options {
   double norm_eps = 1e-6;
@@ -141,5 +148,7 @@ MHC_API Status set_isa(const char* name);  // by name; nullptr or "" as Isa::aut
 // Whether this build and CPU run the family (automatic: always).
 MHC_API bool isa_available(Isa isa);
 MHC_API const char* isa_name(Isa isa);  // "automatic" for Isa::automatic
+// The family a name names ("scalar" is portable's older name); false for none.
+MHC_API bool isa_from_name(const char* name, Isa* isa);
 
 }  // namespace mhc

@@ -54,7 +54,8 @@ def set_isa(name=None):
 
 
 def isa():
-    """The kernel family in use: "amx", "avx512", "avx2", "portable" or "reference"."""
+    """The process default kernel family's name: set_isa's, else MHC_ISA's (even one
+    this CPU cannot run: calls then fail naming it), else the best available."""
     return _lib.isa()
 
 

@@ -125,9 +125,8 @@ int mhc_set_isa(const char* name) {
   return guarded([&] { return finish(mhc::set_isa(name)); });
 }
 int mhc_isa_available(const char* name) {
-  for (mhc::Isa isa : {mhc::Isa::amx, mhc::Isa::avx512, mhc::Isa::avx2, mhc::Isa::portable, mhc::Isa::reference})
-    if (name != nullptr && std::string(name) == mhc::isa_name(isa)) return mhc::isa_available(isa) ? 1 : 0;
-  return 0;
+  mhc::Isa isa;
+  return mhc::isa_from_name(name, &isa) && mhc::isa_available(isa) ? 1 : 0;
 }
 const char* mhc_version(void) { return MHC_VERSION_STRING; }
 

@@ -8,7 +8,6 @@
 #include "ops/isa.hpp"
 #include "ops/pre_backward/pre_backward.hpp"
 #include "ops/pre_forward/pre_forward.hpp"
-#include "runtime/workspace.hpp"
 
 namespace mhc {
 
@@ -44,20 +43,8 @@ int64_t TensorView::numel() const {
 
 namespace {
 
-// Validated problem -> workspace (the calling thread's, reused across calls) -> run;
-// an allocation failure is reported before any output is written.
-template <class Problem, class SizeFn, class RunFn>
-Status allocate_and_run(const Problem& problem, int threads, SizeFn size_of, RunFn run) {
-  const size_t bytes = size_of(problem, threads);
-  void* workspace = bytes > 0 ? runtime::thread_workspace(bytes) : nullptr;
-  if (bytes > 0 && workspace == nullptr)
-    return {StatusCode::runtime_error, ErrorKind::runtime,
-            "workspace: could not allocate " + std::to_string(bytes) + " bytes"};
-  return run(problem, workspace, bytes, threads);
-}
-
-// The float64 reference allocates its own memory, and may find none before it
-// writes anything: out of memory is a runtime error, outputs untouched.
+// No exception leaves the face: out of memory (the float64 reference allocates
+// its own) is a runtime error, outputs untouched.
 template <class Body>
 Status no_throw(Body&& body) {
   return faces::guarded(body, [](bool out_of_memory, const char* what) -> Status {
@@ -73,7 +60,7 @@ Status pre_forward(const PreForwardInputs& in, const PreForwardOutputs& out, con
   return no_throw([&] {
     core::ForwardProblem problem;
     if (Status s = ops::pre_forward::validate(in, out, options, &problem); !s.ok()) return s;
-    return allocate_and_run(problem, options.num_threads, ops::pre_forward::workspace_bytes, ops::pre_forward::run);
+    return ops::pre_forward::run_in_thread_workspace(problem, options.num_threads);
   });
 }
 
@@ -82,8 +69,7 @@ Status pre_backward(const PreBackwardInputs& in, const PreBackwardOutputs& out,
   return no_throw([&] {
     core::BackwardProblem problem;
     if (Status s = ops::pre_backward::validate(in, out, options, &problem); !s.ok()) return s;
-    return allocate_and_run(problem, options.num_threads, ops::pre_backward::workspace_bytes,
-                            ops::pre_backward::run);
+    return ops::pre_backward::run_in_thread_workspace(problem, options.num_threads);
   });
 }
 
@@ -96,5 +82,8 @@ Status set_isa(const char* name) {
 }
 bool isa_available(Isa isa) { return ops::runs_here(isa); }
 const char* isa_name(Isa isa) { return ops::name_of(isa); }
+bool isa_from_name(const char* name, Isa* isa) {
+  return faces::guarded([&] { return ops::from_name(name, isa); }, [](bool, const char*) { return false; });
+}
 
 }  // namespace mhc

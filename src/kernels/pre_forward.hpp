@@ -14,9 +14,9 @@ namespace mhc::kernels {
 // still stays in L2 (mhc-kernel-bench: PreForward/avx512/T:256).
 inline constexpr int64_t kTokensPerItem = 64;
 
-// Floats rounded up so every buffer starts on a 64-byte boundary.
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+// Floats rounded up so every buffer starts on a 64-byte boundary.
 inline int64_t align16(int64_t floats) { return round_up(floats, 16); }
 
 // The preparation of operands shared by every item of one call (packed phi):

@@ -10,7 +10,10 @@ bool avx512_runs() { return simd::runs(Isa::avx512); }
 bool avx2_runs() { return simd::runs(Isa::avx2); }
 #endif
 
-const Implementation kImplementations[] = {
+// Built on first use, not at static initialisation: the tables it names live in
+// other translation units, and a static initialiser elsewhere may ask for it.
+std::span<const Implementation> build() {
+  static const Implementation kImplementations[] = {
 #if defined(MHC_WITH_AMX)
     {.isa = Isa::amx,
      .name = "amx",
@@ -46,22 +49,24 @@ const Implementation kImplementations[] = {
      .available = always,
      .pre_forward = &reference::kPreForward,
      .pre_backward = &reference::kPreBackward},
-};
+  };
+  return kImplementations;
+}
 
 }  // namespace
 
-std::span<const Implementation> implementations() { return kImplementations; }
+std::span<const Implementation> implementations() { return build(); }
 
 const Implementation* find(Isa isa) {
-  for (const Implementation& impl : kImplementations)
+  for (const Implementation& impl : implementations())
     if (impl.isa == isa) return &impl;
   return nullptr;
 }
 
 const Implementation& best_available() {
-  for (const Implementation& impl : kImplementations)
+  for (const Implementation& impl : implementations())
     if (impl.available()) return impl;
-  return kImplementations[std::size(kImplementations) - 1];  // the reference runs everywhere
+  return implementations().back();  // the reference runs everywhere
 }
 
 }  // namespace mhc::kernels

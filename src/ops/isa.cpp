@@ -10,13 +10,6 @@ namespace {
 
 constexpr Isa kNamed[] = {Isa::amx, Isa::avx512, Isa::avx2, Isa::portable, Isa::reference};
 
-bool from_name(const std::string& name, Isa* isa) {
-  if (name == "scalar") return *isa = Isa::portable, true;  // the portable family's older name
-  for (Isa candidate : kNamed)
-    if (name == name_of(candidate)) return *isa = candidate, true;
-  return false;
-}
-
 std::string available_list() {
   std::string out;
   for (const kernels::Implementation& impl : kernels::implementations())
@@ -24,10 +17,17 @@ std::string available_list() {
   return out;
 }
 
-Status unavailable(const std::string& who, const std::string& name) {
+Status unavailable(const std::string& who, const std::string& name) {  // name: as given
   return {StatusCode::invalid_argument, ErrorKind::value,
           who + ": '" + name + "' is not a kernel family this build and CPU run (available: " + available_list() +
               ")"};
+}
+
+// A family's name, or the number a caller gave that names none.
+std::string label(Isa isa) {
+  const int value = int(isa);
+  if (value < int(Isa::automatic) || value > int(Isa::reference)) return "value " + std::to_string(value);
+  return name_of(isa);
 }
 
 // MHC_ISA, read once: unset or empty (automatic), a family, or a name that is not usable.
@@ -52,6 +52,15 @@ const EnvironmentChoice& environment_choice() {
 std::atomic<Isa> set_default{Isa::automatic};  // set_isa(); automatic: MHC_ISA or the best
 
 }  // namespace
+
+bool from_name(const char* name, Isa* isa) {
+  if (name == nullptr) return false;
+  const std::string wanted(name);
+  if (wanted == "scalar") return *isa = Isa::portable, true;  // the portable family's older name
+  for (Isa candidate : kNamed)
+    if (wanted == name_of(candidate)) return *isa = candidate, true;
+  return false;
+}
 
 const char* name_of(Isa isa) {
   switch (isa) {
@@ -80,13 +89,13 @@ Status resolve_isa(Isa requested, Isa* chosen) {
     if (!env.invalid.empty()) return unavailable("MHC_ISA", env.invalid);
     requested = env.isa != Isa::automatic ? env.isa : kernels::best_available().isa;
   }
-  if (!runs_here(requested)) return unavailable("isa", name_of(requested));
+  if (!runs_here(requested)) return unavailable("isa", label(requested));
   *chosen = requested;
   return {};
 }
 
 Status set_default_isa(Isa isa) {
-  if (!runs_here(isa)) return unavailable("isa", name_of(isa));
+  if (!runs_here(isa)) return unavailable("isa", label(isa));
   set_default.store(isa, std::memory_order_relaxed);
   return {};
 }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <cstring>
@@ -104,7 +105,10 @@ TEST(BitwiseIdentity, EveryOutputOfEveryCaseMatchesItsPinnedHash) {
   const std::vector<Case> all = cases();
   const char* record = std::getenv("MHC_RECORD_HASHES");
   std::ofstream recorded;
-  if (record != nullptr) recorded.open(record, std::ios::app);
+  if (record != nullptr) recorded.open(record, std::ios::trunc);
+  for (mhc::Isa isa : {mhc::Isa::amx, mhc::Isa::avx512, mhc::Isa::avx2, mhc::Isa::portable, mhc::Isa::reference})
+    if (!mhc::isa_available(isa) && !pinned_hashes(mhc::isa_name(isa)).empty())
+      std::printf("bitwise identity: %s is pinned but not run by this build and CPU: not checked\n", mhc::isa_name(isa));
   for (mhc::Isa isa : available_families()) {  // all in this process, through Options::isa
     const std::string family = mhc::isa_name(isa);
     SCOPED_TRACE("kernel family " + family);

@@ -15,6 +15,53 @@ TEST(CApi, DefaultOptions) {
   EXPECT_EQ(o.norm_eps, 1e-6);
   EXPECT_EQ(o.hc_eps, 1e-6);
   EXPECT_EQ(o.num_threads, 0);
+  EXPECT_EQ(o.isa, MHC_ISA_DEFAULT);
+}
+
+// mhc_options.isa picks a family per call; a value that names none, or a family
+// this CPU cannot run, is an error naming it, and no output is written.
+TEST(CApi, OptionsIsaPerCall) {
+  for (mhc::Isa isa : available_families()) {
+    std::unique_ptr<Call> via_c = make_call(base_config(), Op::forward), via_cpp = make_call(base_config(), Op::forward);
+    via_c->o.options.isa = isa;
+    via_cpp->o.options.isa = isa;
+    ASSERT_EQ(via_c->run_c(Op::forward), MHC_OK) << mhc_last_error();
+    ASSERT_TRUE(via_cpp->run(Op::forward).ok());
+    EXPECT_EQ(via_c->o.h_mix.raw(), via_cpp->o.h_mix.raw()) << mhc::isa_name(isa);
+  }
+  for (int32_t bad : {99, -1, 6}) {
+    std::unique_ptr<Call> call = make_call(base_config(), Op::forward);
+    call->o.options.isa = mhc::Isa(bad);
+    const std::vector<uint32_t> before = call->o.h_in.raw();
+    EXPECT_EQ(call->run_c(Op::forward), MHC_ERR_INVALID);
+    EXPECT_NE(std::string(mhc_last_error()).find("value " + std::to_string(bad)), std::string::npos) << mhc_last_error();
+    EXPECT_NE(std::string(mhc_last_error()).find("available: "), std::string::npos) << mhc_last_error();
+    EXPECT_EQ(call->o.h_in.raw(), before);
+  }
+}
+
+TEST(CApi, SetIsaAndIsaAvailable) {
+  const std::string before = mhc_isa();
+  EXPECT_EQ(mhc_isa_available("portable"), 1);
+  EXPECT_EQ(mhc_isa_available("reference"), 1);
+  EXPECT_EQ(mhc_isa_available("scalar"), 1);  // portable's older name
+  EXPECT_EQ(mhc_isa_available("nonsense"), 0);
+  EXPECT_EQ(mhc_isa_available(nullptr), 0);
+  EXPECT_EQ(mhc_set_isa("nonsense"), MHC_ERR_INVALID);
+  EXPECT_NE(std::string(mhc_last_error()).find("'nonsense'"), std::string::npos) << mhc_last_error();
+  EXPECT_EQ(std::string(mhc_isa()), before) << "a refused family leaves the default";
+  ASSERT_EQ(mhc_set_isa("portable"), MHC_OK) << mhc_last_error();
+  EXPECT_STREQ(mhc_isa(), "portable");
+  // A default call now gives the portable family's bits.
+  std::unique_ptr<Call> by_default = make_call(base_config(), Op::forward), portable = make_call(base_config(), Op::forward);
+  portable->o.options.isa = mhc::Isa::portable;
+  ASSERT_TRUE(by_default->run(Op::forward).ok());
+  ASSERT_TRUE(portable->run(Op::forward).ok());
+  EXPECT_EQ(by_default->o.h_mix.raw(), portable->o.h_mix.raw());
+  EXPECT_EQ(mhc_set_isa(nullptr), MHC_OK);
+  EXPECT_EQ(std::string(mhc_isa()), before);
+  EXPECT_EQ(mhc_set_isa(""), MHC_OK);
+  EXPECT_EQ(std::string(mhc_isa()), before);
 }
 
 TEST(CApi, StatusCodesAreCannsValues) {

@@ -238,10 +238,9 @@ TEST(EdgeSizes, WorkspaceBeyondMemoryFailsCleanlyBeforeAnyWrite) {
   EXPECT_EQ(grad_phi, std::vector<float>(3, -7.0f));
 }
 
-// ops::resolve_threads once passed Options::num_threads unbounded into the plans;
-// with the portable family plan_backward's threads * scratch_per_worker overflowed
-// int64 (UBSan: plan.cpp) for K = 2^40 and num_threads = INT_MAX. It now clamps to
-// runtime::kMaxThreads; under ASan+UBSan (MHC_ISA=portable) this test guards it.
+// Options::num_threads of INT_MAX with K = 2^40 on the portable family: the
+// backward plan's threads x scratch floats must not overflow int64 (the drivers
+// clamp the count to runtime::kMaxThreads; ASan+UBSan run this test).
 TEST(EdgeSizes, PortablePlanWithAbsurdThreadCountDoesNotOverflow) {
   if (reference_selected() && address_sanitized())
     GTEST_SKIP() << "the float64 reference allocates with new, which ASan turns into a fatal report";
@@ -263,6 +262,7 @@ TEST(EdgeSizes, PortablePlanWithAbsurdThreadCountDoesNotOverflow) {
                                     TensorView(grad_bias.data(), DType::fp32, {2}), std::nullopt};
   mhc::Options options;
   options.num_threads = INT_MAX;
+  options.isa = mhc::Isa::portable;
   const mhc::Status st = mhc::pre_backward(in, out, options);
   EXPECT_EQ(st.code(), mhc::StatusCode::runtime_error) << st.message();
   EXPECT_EQ(grad_alpha, std::vector<float>(2, -7.0f));
@@ -446,7 +446,7 @@ void expect_same_classes(const char* name, const Tensor& lib, const std::vector<
 
 // Every forward (backward) output's classes against the float64 reference's.
 void expect_forward_classes(const Operands& o) {
-  const mhc::reference::ForwardOutputs64 ref = mhc::reference::forward(forward64(o));
+  const mhc::kernels::reference::ForwardOutputs64 ref = mhc::kernels::reference::forward(forward64(o));
   expect_same_classes("h_in", o.h_in, ref.h_in);
   expect_same_classes("h_post", o.h_post, ref.h_post);
   expect_same_classes("h_res", o.h_res, ref.h_res);
@@ -455,7 +455,7 @@ void expect_forward_classes(const Operands& o) {
   expect_same_classes("h_pre", o.h_pre, ref.h_pre);
 }
 void expect_backward_classes(const Operands& o) {
-  const mhc::reference::BackwardOutputs64 ref = mhc::reference::backward(backward64(o));
+  const mhc::kernels::reference::BackwardOutputs64 ref = mhc::kernels::reference::backward(backward64(o));
   expect_same_classes("grad_x", o.grad_x, ref.grad_x);
   expect_same_classes("grad_phi", o.grad_phi, ref.grad_phi);
   expect_same_classes("grad_alpha", o.grad_alpha, ref.grad_alpha);

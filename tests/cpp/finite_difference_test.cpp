@@ -15,10 +15,10 @@
 namespace mhc_test {
 namespace {
 
-using mhc::reference::BackwardInputs64;
-using mhc::reference::BackwardOutputs64;
-using mhc::reference::ForwardInputs64;
-using mhc::reference::ForwardOutputs64;
+using mhc::kernels::reference::BackwardInputs64;
+using mhc::kernels::reference::BackwardOutputs64;
+using mhc::kernels::reference::ForwardInputs64;
+using mhc::kernels::reference::ForwardOutputs64;
 
 constexpr double kStep = 1e-6;          // relative step of the central differences
 constexpr double kTolerance = 1e-6;     // relative error allowed of an analytic derivative
@@ -58,7 +58,7 @@ FdProblem make_fd_problem(int64_t N, int64_t D, int64_t T, FForm form, bool gamm
 }
 
 double loss(const FdProblem& p, const ForwardInputs64& in) {
-  const ForwardOutputs64 out = mhc::reference::forward(in);
+  const ForwardOutputs64 out = mhc::kernels::reference::forward(in);
   double L = 0;
   for (size_t i = 0; i < out.h_in.size(); ++i) L += out.h_in[i] * p.grad_h_in[i];
   for (size_t i = 0; i < out.h_post.size(); ++i) L += out.h_post[i] * p.grad_h_post[i];
@@ -68,7 +68,7 @@ double loss(const FdProblem& p, const ForwardInputs64& in) {
 }
 
 BackwardOutputs64 analytic(const FdProblem& p) {
-  const ForwardOutputs64 fwd = mhc::reference::forward(p.forward);
+  const ForwardOutputs64 fwd = mhc::kernels::reference::forward(p.forward);
   BackwardInputs64 in;
   in.dims = p.forward.dims;
   in.x = p.forward.x;
@@ -84,7 +84,7 @@ BackwardOutputs64 analytic(const FdProblem& p) {
   in.h_post = fwd.h_post;
   in.grad_x_post = p.grad_x_post;
   in.hc_eps = p.forward.hc_eps;
-  return mhc::reference::backward(in);
+  return mhc::kernels::reference::backward(in);
 }
 
 // Central difference of the loss w.r.t. element i of the operand `member`.
@@ -181,7 +181,7 @@ TEST(ReferenceBackward, GradXPostIsAdditive) {
 
 // c_t = -r³·g_r/K of every token, from SPEC §3 written out here independently.
 std::vector<double> inv_rms_coefficients(const FdProblem& p) {
-  const ForwardOutputs64 fwd = mhc::reference::forward(p.forward);
+  const ForwardOutputs64 fwd = mhc::kernels::reference::forward(p.forward);
   const auto& d = p.forward.dims;
   const auto& alpha = p.forward.alpha;
   std::vector<double> c(static_cast<size_t>(d.T));

@@ -94,8 +94,8 @@ void note_only(const char* name, const Tensor& got, const std::vector<double>& t
 }
 
 // Σ_n |h_pre[n]·v[n,d]| for h_in, in float64.
-std::vector<double> h_in_magnitudes(const mhc::reference::ForwardInputs64& in,
-                                    const mhc::reference::ForwardOutputs64& out) {
+std::vector<double> h_in_magnitudes(const mhc::kernels::reference::ForwardInputs64& in,
+                                    const mhc::kernels::reference::ForwardOutputs64& out) {
   const auto& d = in.dims;
   std::vector<double> m(static_cast<size_t>(d.T * d.D), 0.0);
   for (int64_t t = 0; t < d.T; ++t)
@@ -117,7 +117,7 @@ std::vector<double> h_in_magnitudes(const mhc::reference::ForwardInputs64& in,
 struct GradXMagnitudes {
   std::vector<double> literal, expanded;
 };
-GradXMagnitudes grad_x_magnitudes(const mhc::reference::BackwardInputs64& in) {
+GradXMagnitudes grad_x_magnitudes(const mhc::kernels::reference::BackwardInputs64& in) {
   const auto& d = in.dims;
   GradXMagnitudes out;
   out.literal.resize(static_cast<size_t>(d.T * d.K));
@@ -193,7 +193,7 @@ TEST_P(OracleAgreement, ForwardMatchesFloat64Reference) {
   const mhc::Status st = mhc::pre_forward(forward_inputs(o), forward_outputs(o), o.options);
   ASSERT_TRUE(st.ok()) << st.message();
   const auto in64 = forward64(o);
-  const auto ref = mhc::reference::forward(in64);
+  const auto ref = mhc::kernels::reference::forward(in64);
 
   expect_within_terms("h_in", o.h_in, ref.h_in, h_in_magnitudes(in64, ref), c);
   expect_normwise("h_post", o.h_post, ref.h_post, c);
@@ -225,7 +225,7 @@ TEST_P(OracleAgreement, BackwardMatchesFloat64Reference) {
   const mhc::Status st = mhc::pre_backward(backward_inputs(o), backward_outputs(o), o.options);
   ASSERT_TRUE(st.ok()) << st.message();
   const auto in64 = backward64(o);
-  const auto ref = mhc::reference::backward(in64);
+  const auto ref = mhc::kernels::reference::backward(in64);
 
   const GradXMagnitudes magnitudes = grad_x_magnitudes(in64);
   expect_within_terms("grad_x", o.grad_x, ref.grad_x, magnitudes.expanded, c);
@@ -247,16 +247,29 @@ INSTANTIATE_TEST_SUITE_P(Spread, OracleAgreement, ::testing::ValuesIn(oracle_con
                            return std::to_string(info.index) + "_" + info.param.name();
                          });
 
-// When MHC_ISA asks for a family, that family is the one running.
+// The family a default call runs is the one MHC_ISA names (or the best this CPU
+// runs): its outputs are bitwise those of a call that asks for that family, and
+// differ from another family's on this case (so the comparison can tell them apart).
 TEST(KernelSelection, RequestedFamilyIsUsed) {
   const char* want = std::getenv("MHC_ISA");
-  if (want == nullptr || *want == '\0') {
-    EXPECT_STRNE(mhc::isa(), "reference") << "the float64 reference must not be the default";
-    return;
-  }
-  const std::string w = want == std::string("scalar") ? "portable" : want;
-  EXPECT_EQ(std::string(mhc::isa()), w);
-  EXPECT_EQ(std::string(mhc_isa()), w);
+  mhc::Isa expected = available_families().front();
+  if (want != nullptr && *want != '\0') ASSERT_TRUE(mhc::isa_from_name(want, &expected)) << want;
+  else EXPECT_STRNE(mhc::isa(), "reference") << "the float64 reference must not be the default";
+  EXPECT_EQ(std::string(mhc::isa()), mhc::isa_name(expected));
+  EXPECT_EQ(std::string(mhc_isa()), mhc::isa_name(expected));
+  Config c;
+  c.N = 4; c.D = 300; c.S = 40; c.grad_x_post = true; c.seed = 77;
+  auto outputs = [&](mhc::Isa isa) {
+    Operands o = make_operands(c);
+    o.options.isa = isa;
+    EXPECT_TRUE(run_forward_with_caches(o).ok());
+    EXPECT_TRUE(mhc::pre_backward(backward_inputs(o), backward_outputs(o), o.options).ok());
+    return std::vector<std::vector<uint32_t>>{o.h_in.raw(), o.h_mix.raw(), o.grad_x.raw(), o.grad_phi.raw()};
+  };
+  const auto by_default = outputs(mhc::Isa::automatic);
+  EXPECT_EQ(by_default, outputs(expected)) << "a default call ran another family than " << mhc::isa_name(expected);
+  const mhc::Isa other = expected == mhc::Isa::reference ? mhc::Isa::portable : mhc::Isa::reference;
+  EXPECT_NE(by_default, outputs(other)) << mhc::isa_name(expected) << " and " << mhc::isa_name(other) << " agree bitwise";
 }
 
 }  // namespace

@@ -63,7 +63,8 @@ inline std::vector<Config> oracle_configs() {
   return out;
 }
 
-// T = 300 tokens (19 forward items of 16 tokens), K = 640 (3 column items of 256).
+// T = 300 tokens (5 forward items of 64 on the SIMD families, 4 of 96 on amx), K = 640
+// (3 column items of 256).
 inline std::vector<Config> many_item_configs() {
   std::vector<Config> out;
   for (auto [dtype, form, gamma, bsnd] : {std::tuple{DType::bf16, FForm::square, true, true},
@@ -90,7 +91,8 @@ inline std::vector<Config> batch_configs() {
                                              {DType::bf16, FForm::square, true, false, int64_t(4100)}}) {
     Config c;
     c.N = 4; c.D = D; c.dtype = dtype; c.form = form; c.gamma = gamma; c.grad_x_post = true;
-    // 600 tokens: past the AMX family's 256-token items, with a tail of 88 (32 + 32 + 16 + 8);
+    // 600 tokens: four AMX items of 160, the last of 120 (three pairs of 16-token
+    // tiles, a tile alone, 8 tokens);
     // 12 tokens: a call the AMX family takes without packing phi (at most 16 tokens);
     // K = 16400 with 520 tokens: the AMX family's 128-token items (more than 8 MiB of
     // x in 256 tokens), with a tail of 8.
@@ -116,7 +118,7 @@ inline std::vector<Config> strided_configs() {
   add(3, 5, 3, 7, true, DType::fp32, FForm::two_entry, false, true, false);
   add(2, 300, 1, 5, false, DType::bf16, FForm::square, false, true, true);  // K > one column item
   add(1, 17, 2, 2, true, DType::fp16, FForm::square, true, false, false);
-  add(5, 4, 1, 18, false, DType::fp32, FForm::permutation, false, false, false);  // > one token item
+  add(5, 4, 1, 18, false, DType::fp32, FForm::permutation, false, false, false);  // N = 5, R = 5!
   return out;
 }
 

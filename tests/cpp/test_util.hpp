@@ -428,8 +428,8 @@ inline std::vector<double> values_or_empty(const Tensor& t) {
   return t.present() ? t.values() : std::vector<double>{};
 }
 
-inline mhc::reference::ForwardInputs64 forward64(const Operands& o) {
-  mhc::reference::ForwardInputs64 in;
+inline mhc::kernels::reference::ForwardInputs64 forward64(const Operands& o) {
+  mhc::kernels::reference::ForwardInputs64 in;
   in.dims = o.cfg.dims();
   in.x = o.x.values();
   in.phi = o.phi.values();
@@ -443,8 +443,8 @@ inline mhc::reference::ForwardInputs64 forward64(const Operands& o) {
 
 // The backward's inputs as the library read them, caches included (so the
 // forward must have run).
-inline mhc::reference::BackwardInputs64 backward64(const Operands& o) {
-  mhc::reference::BackwardInputs64 in;
+inline mhc::kernels::reference::BackwardInputs64 backward64(const Operands& o) {
+  mhc::kernels::reference::BackwardInputs64 in;
   in.dims = o.cfg.dims();
   in.x = o.x.values();
   in.phi = o.phi.values();

@@ -105,6 +105,7 @@ inline mhc_options to_c(const mhc::Options& o) {
   c.norm_eps = o.norm_eps;
   c.hc_eps = o.hc_eps;
   c.num_threads = o.num_threads;
+  c.isa = int32_t(o.isa);
   return c;
 }
 

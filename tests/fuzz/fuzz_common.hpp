@@ -9,7 +9,7 @@
 // catches any access outside it. The checks after a call:
 //   - rejected: the code, kind and message are validation's; not one arena byte changed;
 //   - accepted: only bytes of output elements changed; every output element agrees
-//     with the float64 reference (mhc::reference, run on a copy of the arena) within
+//     with the float64 reference (mhc::kernels::reference, run on a copy of the arena) within
 //     a bound scaled by the sum of |terms| behind it, NaN where it has NaN and the
 //     same infinity where it has one; and a second run with another thread count on
 //     a copy of the arena at another address gives the same bits.

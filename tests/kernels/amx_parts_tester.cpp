@@ -15,12 +15,13 @@ namespace {
 #if defined(MHC_WITH_AMX)
 namespace amx = mhc::kernels::amx;
 
-bool amx_runs() { return amx::tiles_usable(); }
+// These need AVX-512 (F, BW) only, not the tiles.
+bool amx_runs() { return mhc::kernels::simd::runs(mhc::Isa::avx512); }
 
 float bf16(uint16_t h) { return mhc::core::bf16_to_float(h); }
 
 TEST(AmxPhiParts, ThreeBf16PartsSumExactlyToTheValue) {
-  if (!amx_runs()) GTEST_SKIP() << "this CPU or OS has no AMX-BF16 tiles";
+  if (!amx_runs()) GTEST_SKIP() << "this CPU has no AVX-512";
   Rng rng(21);
   for (int round = 0; round < 500; ++round) {
     float values[32];
@@ -42,7 +43,7 @@ TEST(AmxPhiParts, ThreeBf16PartsSumExactlyToTheValue) {
 // Below 2^-110 the parts reach the subnormal range, which tdpbf16ps flushes to
 // zero: the split is no longer exact there, but it loses less than 2^-126.
 TEST(AmxPhiParts, ValuesBelowTheTilesRangeLoseLessThanTheSmallestNormal) {
-  if (!amx_runs()) GTEST_SKIP() << "this CPU or OS has no AMX-BF16 tiles";
+  if (!amx_runs()) GTEST_SKIP() << "this CPU has no AVX-512";
   float values[32];
   for (int i = 0; i < 32; ++i) values[i] = (i % 2 ? -1.0f : 1.0f) * std::ldexp(1.2345678f, -111 - 2 * i);
   values[31] = 1e-40f;  // subnormal
@@ -55,7 +56,7 @@ TEST(AmxPhiParts, ValuesBelowTheTilesRangeLoseLessThanTheSmallestNormal) {
 }
 
 TEST(AmxPhiParts, NonFiniteValuesAreReported) {
-  if (!amx_runs()) GTEST_SKIP() << "this CPU or OS has no AMX-BF16 tiles";
+  if (!amx_runs()) GTEST_SKIP() << "this CPU has no AVX-512";
   for (float bad : {INFINITY, -INFINITY, NAN}) {
     float values[32] = {};
     values[17] = bad;
@@ -67,7 +68,7 @@ TEST(AmxPhiParts, NonFiniteValuesAreReported) {
 }
 
 TEST(AmxXParts, Fp16RowAsTwoExactBf16PartsAndItsSquares) {
-  if (!amx_runs()) GTEST_SKIP() << "this CPU or OS has no AMX-BF16 tiles";
+  if (!amx_runs()) GTEST_SKIP() << "this CPU has no AVX-512";
   Rng rng(22);
   for (int round = 0; round < 200; ++round) {
     uint16_t row[32];
@@ -92,7 +93,7 @@ TEST(AmxXParts, Fp16RowAsTwoExactBf16PartsAndItsSquares) {
 }
 
 TEST(AmxXParts, SquaresOfBf16RowsEvenThenOddColumns) {
-  if (!amx_runs()) GTEST_SKIP() << "this CPU or OS has no AMX-BF16 tiles";
+  if (!amx_runs()) GTEST_SKIP() << "this CPU has no AVX-512";
   Rng rng(23);
   const int64_t rows = 5, stride_bytes = 96;
   std::vector<uint16_t> data(size_t(rows * stride_bytes / 2));

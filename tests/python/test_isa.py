@@ -52,6 +52,19 @@ def test_family_agrees_with_reference_and_repeats_bitwise(family, default_isa):
                                    msg=lambda m, name=name: f"{name}, {family} vs reference: {m}")
 
 
+def test_set_isa_changes_the_family_that_runs(default_isa):
+    # portable (plain fp32, no FMA) and the float64 reference round differently
+    # here: set_isa must change the bits a call gives, not only what isa() reports.
+    inp = make_inputs(CASE, seed=910)
+    portable = outputs_with("portable", inp)
+    reference = outputs_with("reference", inp)
+    assert any(not torch.equal(portable[name], reference[name]) for name in portable), \
+        "portable and reference gave the same bits: set_isa did not change the family"
+    again = outputs_with("portable", inp)
+    for name in portable:
+        assert_same_bits(name, portable[name], again[name], "portable after reference")
+
+
 def test_none_and_empty_restore_the_default(default_isa):
     for reset in (None, ""):
         mhc.set_isa("reference")

@@ -7,7 +7,6 @@
 #include "aclnnop/aclnn_mhc_pre.h"
 #include "aclnnop/aclnn_mhc_pre_v2.h"
 #include "faces/aclnn/face.hpp"
-#include "ops/pre_backward/pre_backward.hpp"
 #include "ops/pre_forward/pre_forward.hpp"
 
 namespace mhc::aclnn {
@@ -19,7 +18,7 @@ aclnnStatus forward_workspace(const char* op, const char* run_op, const aclTenso
                               double norm_eps, double hc_eps, aclTensor* h_in, aclTensor* h_post,
                               aclTensor* h_res, aclTensor* inv_rms, aclTensor* h_mix, aclTensor* h_pre,
                               uint64_t* workspace_size, aclOpExecutor** executor) {
-  // hRes is left to validate_forward: required with a 3-entry alpha, absent with a 2-entry one.
+  // hRes is left to pre_forward::validate: required with a 3-entry alpha, absent with a 2-entry one.
   ACLNN_RETURN_IF_ERROR(check_required(op, {{"x", x}, {"phi", phi}, {"alpha", alpha}, {"bias", bias},
                                             {"hIn", h_in}, {"hPost", h_post}},
                                        workspace_size, executor));

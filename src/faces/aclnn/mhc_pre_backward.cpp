@@ -8,7 +8,6 @@
 #include "aclnnop/aclnn_mhc_pre_backward_v2.h"
 #include "faces/aclnn/face.hpp"
 #include "ops/pre_backward/pre_backward.hpp"
-#include "ops/pre_forward/pre_forward.hpp"
 
 namespace mhc::aclnn {
 namespace {
@@ -23,7 +22,7 @@ struct BackwardArgs {
 };
 
 aclnnStatus backward_workspace(const char* op, const char* run_op, const BackwardArgs& a) {
-  // gradHRes is left to validate_backward: required with a 3-entry alpha, absent with a 2-entry one.
+  // gradHRes is left to pre_backward::validate: required with a 3-entry alpha, absent with a 2-entry one.
   ACLNN_RETURN_IF_ERROR(check_required(
       op,
       {{"x", a.x}, {"phi", a.phi}, {"alpha", a.alpha}, {"gradHIn", a.grad_h_in}, {"gradHPost", a.grad_h_post},

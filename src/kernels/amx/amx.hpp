@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "kernels/pre_forward.hpp"
-#include "kernels/registry.hpp"
+#include "kernels/tables.hpp"
 
 namespace mhc::kernels::amx {
 

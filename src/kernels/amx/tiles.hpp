@@ -2,7 +2,7 @@
 // (_tile_loadd, _tile_dpbf16ps, ...) take tile numbers as macro tokens and need
 // -mamx-* for the whole file; these take them as template constants, so a kernel
 // can name its tiles from template parameters, and need no compiler flag (the
-// assembler knows the instructions). Only run after amx_family() said yes.
+// assembler knows the instructions). Only run where tiles_usable() says yes.
 #pragma once
 
 #include <cstdint>

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "kernels/common/token_math.hpp"
-#include "kernels/registry.hpp"
+#include "kernels/tables.hpp"
 #include "kernels/portable/blocked_sum.hpp"
 
 namespace mhc::kernels::portable {

@@ -2,7 +2,7 @@
 #include <cmath>
 
 #include "kernels/common/token_math.hpp"
-#include "kernels/registry.hpp"
+#include "kernels/tables.hpp"
 #include "kernels/portable/blocked_sum.hpp"
 
 namespace mhc::kernels::portable {

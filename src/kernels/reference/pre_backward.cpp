@@ -2,11 +2,11 @@
 // float64, sums over tokens in token order.
 #include <cmath>
 
-#include "kernels/registry.hpp"
+#include "kernels/tables.hpp"
 #include "kernels/reference/reference.hpp"
 #include "kernels/reference/strided_io.hpp"
 
-namespace mhc::reference {
+namespace mhc::kernels::reference {
 
 BackwardOutputs64 backward(const BackwardInputs64& in) {
   const core::Dims& d = in.dims;
@@ -101,4 +101,4 @@ void pre_backward(const core::BackwardProblem& p) {
   if (p.grad_gamma.present()) scatter_plain(p.grad_gamma, out.grad_gamma, d.N, d.D);
 }
 
-}  // namespace mhc::reference
+}  // namespace mhc::kernels::reference

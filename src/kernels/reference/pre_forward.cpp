@@ -1,11 +1,11 @@
 // Reference MhcPre (SPEC §2): one token at a time, everything in float64.
 #include <cmath>
 
-#include "kernels/registry.hpp"
+#include "kernels/tables.hpp"
 #include "kernels/reference/reference.hpp"
 #include "kernels/reference/strided_io.hpp"
 
-namespace mhc::reference {
+namespace mhc::kernels::reference {
 
 static double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 
@@ -82,4 +82,4 @@ void pre_forward_tokens(const core::ForwardProblem& p, int64_t t0, int64_t t1) {
 
 void pre_forward(const core::ForwardProblem& p) { pre_forward_tokens(p, 0, p.dims.T); }
 
-}  // namespace mhc::reference
+}  // namespace mhc::kernels::reference

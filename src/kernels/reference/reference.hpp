@@ -1,7 +1,7 @@
 // The reference: SPEC §2-§3 as readable float64 code over contiguous arrays.
 // Tests use it directly (float64 in, float64 out: finite differences need that)
-// and through pre_forward/pre_backward in kernels.hpp, which gather a problem's
-// strided tensors into these arrays and store the results in the output dtypes.
+// and through pre_forward/pre_backward below, which gather a problem's strided
+// tensors into these arrays and store the results in the output dtypes.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 
 #include "core/problem.hpp"
 
-namespace mhc::reference {
+namespace mhc::kernels::reference {
 
 // Contiguous float64 operands. Per-token arrays are [T, ...] row-major; phi is
 // [F, K]; gamma is [K] or empty (= ones); alpha has 2 or 3 entries.
@@ -46,4 +46,4 @@ void pre_forward(const core::ForwardProblem& problem);
 void pre_forward_tokens(const core::ForwardProblem& problem, int64_t t0, int64_t t1);
 void pre_backward(const core::BackwardProblem& problem);
 
-}  // namespace mhc::reference
+}  // namespace mhc::kernels::reference

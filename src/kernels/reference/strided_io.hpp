@@ -8,7 +8,7 @@
 
 #include "core/problem.hpp"
 
-namespace mhc::reference {
+namespace mhc::kernels::reference {
 
 // Per-token [T, I, J] (I*J elements a token; [T,N,D] for x, [T,1,D] for h_in ...).
 // Tokens [t0, t0 + T).
@@ -47,4 +47,4 @@ inline void scatter_plain(const core::Strided& s, const std::vector<double>& v, 
     for (int64_t j = 0; j < J; ++j) s.store(s.at(i, j), float(v[i * J + j]));
 }
 
-}  // namespace mhc::reference
+}  // namespace mhc::kernels::reference

@@ -51,7 +51,7 @@ struct Microkernels {
 };
 
 // The target's table (avx512, avx2), or nullptr when this build has none; call
-// only where runs(isa) (registry.hpp).
+// only where runs(isa) (tables.hpp).
 const Microkernels* microkernels(Isa isa);
 
 }  // namespace mhc::kernels::simd

@@ -194,11 +194,8 @@ void ForwardTokens(const ForwardItem& item, int64_t t0, int64_t t1) {
         CastChunk(p, t0 + t, t + kCastAhead < tokens ? t0 + t + kCastAhead : -1, k0, k1, k_end,
                   s.u + t * kURowFloats, s.sum_sq + t * L, s.sum_sq + tokens * L + t, f0 == 0);
       const int64_t full_end = std::min(k_end, K_full);  // columns read from phi (or its copy)
-      // (The next chunk's x is left to the hardware prefetchers and the cast's own
-      // prefetch: asking for it a line at a time from the tiles' inner loop, as
-      // before, cost more than it saved once phi came from L1: mhc-bench, avx2 a
-      // 35.1-35.5 -> 32.1-32.4 ms, d 1.04-1.14 -> 1.00-1.03; avx512 c 32.1-32.4 ->
-      // 28.4-30.4, a and d within noise.)
+      // The next chunk's x is left to the hardware prefetchers and the cast's own
+      // prefetch (asking for it from the tiles' inner loop costs more: performance.md).
       // Blocks of columns; each accumulator still takes its column vectors in
       // ascending order, so the bits are those of one pass over the chunk. An
       // item of one tile's tokens reads phi once: it runs over phi's rows.

@@ -8,7 +8,7 @@
 
 #include "kernels/pre_backward.hpp"
 #include "kernels/pre_forward.hpp"
-#include "kernels/registry.hpp"
+#include "kernels/tables.hpp"
 
 namespace mhc::kernels::simd {
 

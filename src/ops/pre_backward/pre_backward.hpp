@@ -14,4 +14,7 @@ Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out, cons
 size_t workspace_bytes(const core::BackwardProblem& problem, int num_threads = 0);
 Status run(const core::BackwardProblem& problem, void* workspace, size_t workspace_bytes, int num_threads);
 
+// run() in the calling thread's reused workspace, sized here (the C++ face's call).
+Status run_in_thread_workspace(const core::BackwardProblem& problem, int num_threads);
+
 }  // namespace mhc::ops::pre_backward

@@ -45,4 +45,10 @@ Status run(const core::ForwardProblem& problem, void* workspace, size_t workspac
   return {};
 }
 
+Status run_in_thread_workspace(const core::ForwardProblem& problem, int num_threads) {
+  return in_thread_workspace(workspace_bytes(problem, num_threads), [&](void* workspace, size_t bytes) {
+    return run(problem, workspace, bytes, num_threads);
+  });
+}
+
 }  // namespace mhc::ops::pre_forward

@@ -17,4 +17,7 @@ size_t workspace_bytes(const core::ForwardProblem& problem, int num_threads = 0)
 // `workspace`: workspace_bytes(problem, num_threads) bytes aligned to 64 (nullptr when 0).
 Status run(const core::ForwardProblem& problem, void* workspace, size_t workspace_bytes, int num_threads);
 
+// run() in the calling thread's reused workspace, sized here (the C++ face's call).
+Status run_in_thread_workspace(const core::ForwardProblem& problem, int num_threads);
+
 }  // namespace mhc::ops::pre_forward
