@@ -1,16 +1,17 @@
 // The main job: a realistic MhcPre forward + MhcPreBackward at T=4096, N=4,
 // D=4096 in bf16 with gamma and grad_x_post, through the public C++ API; then a
-// check of a sample of tokens against the float64 reference, and the timings.
+// check of a sample of tokens against the float64 reference (the `reference`
+// family, asked for with Options::isa, on the same tokens in fp32), and the timings.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string_view>
 #include <vector>
 
-#include "core/dtype.hpp"
-#include "kernels/reference/reference.hpp"
+#include "mhc/mhc.h"
 #include "mhc/mhc.hpp"
 
 namespace {
@@ -26,9 +27,26 @@ struct Rng {  // xorshift64*, uniform in [-1, 1)
   }
 };
 
+float bf16_to_float(uint16_t h) {
+  const uint32_t bits = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+uint16_t float_to_bf16(float f) {  // round to nearest even (finite values)
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 std::vector<uint16_t> random_bf16(size_t n, Rng& rng, double scale) {
   std::vector<uint16_t> v(n);
-  for (auto& e : v) e = mhc::core::float_to_bf16(float(rng.next() * scale));
+  for (auto& e : v) e = float_to_bf16(float(rng.next() * scale));
+  return v;
+}
+std::vector<float> widened(const uint16_t* bf16, size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = bf16_to_float(bf16[i]);
   return v;
 }
 std::vector<float> random_f32(size_t n, Rng& rng, double scale, double offset = 0) {
@@ -49,7 +67,7 @@ struct Check {
 };
 
 // fp32 outputs: normwise relative error <= 1e-5.
-Check normwise(const char* name, const float* ours, const std::vector<double>& truth) {
+Check normwise(const char* name, const float* ours, const std::vector<float>& truth) {
   double num = 0, den = 0;
   for (size_t i = 0; i < truth.size(); ++i) {
     num += (ours[i] - truth[i]) * (ours[i] - truth[i]);
@@ -60,12 +78,12 @@ Check normwise(const char* name, const float* ours, const std::vector<double>& t
 }
 
 // bf16 outputs: within one ulp, or 1e-6 x the sum of the terms' magnitudes where they cancel.
-Check rounded(const char* name, const uint16_t* ours, const std::vector<double>& truth,
+Check rounded(const char* name, const uint16_t* ours, const std::vector<float>& truth,
               const std::vector<double>& magnitude) {
   Check c{name};
   for (size_t i = 0; i < truth.size(); ++i) {
     const double allowed = std::max(bf16_ulp(truth[i]), 1e-6 * magnitude[i]);
-    const double ratio = std::abs(mhc::core::bf16_to_float(ours[i]) - truth[i]) / allowed;
+    const double ratio = std::abs(bf16_to_float(ours[i]) - double(truth[i])) / allowed;
     c.worst = std::max(c.worst, ratio);
   }
   c.pass = c.worst <= 1.0;
@@ -156,45 +174,67 @@ int main() {
   std::printf("forward : %8.2f ms  (%6.1f GFLOP/s)\n", fwd_ms, fwd_gflop / fwd_ms * 1e3);
   std::printf("backward: %8.2f ms  (%6.1f GFLOP/s)\n", bwd_ms, bwd_gflop / bwd_ms * 1e3);
 
-  // Check: a sample of 64 tokens spread over the batch against the float64
-  // reference. Per-token outputs come from the full run (batch invariance makes
-  // them comparable); the sums over tokens from a backward over the sample alone.
+  // Check: a sample of 64 tokens inside the batch against the float64 reference
+  // family on the same tokens, widened to fp32 (exactly), its outputs rounded once
+  // to fp32. Per-token outputs come from the full run (batch invariance makes them
+  // comparable); the sums over tokens from a backward over the sample alone.
   const int64_t S = 64, first = 1237;  // a contiguous sample inside the batch
-  mhc::kernels::reference::ForwardInputs64 fin;
-  fin.dims = {1, S, S, N, D, K, R, F, false, false};
-  for (int64_t i = 0; i < S * K; ++i) fin.x.push_back(mhc::core::bf16_to_float(x[first * K + i]));
-  fin.phi.assign(phi.begin(), phi.end());
-  fin.alpha.assign(alpha.begin(), alpha.end());
-  fin.bias.assign(bias.begin(), bias.end());
-  fin.gamma.assign(gamma.begin(), gamma.end());
-  const auto fref = mhc::kernels::reference::forward(fin);
+  mhc::Options reference;
+  reference.isa = mhc::Isa::reference;
+  const std::vector<float> x32 = widened(x.data() + first * K, S * K);
+  const std::vector<float> grad_h_in32 = widened(grad_h_in.data() + first * D, S * D);
+  const std::vector<float> grad_x_post32 = widened(grad_x_post.data() + first * K, S * K);
+  std::vector<float> rh_in(S * D), rh_post(S * N), rh_res(S * R), rinv_rms(S), rh_mix(S * F), rh_pre(S * N);
+  require(mhc::pre_forward(
+      {TensorView(x32.data(), DType::fp32, {S, N, D}), TensorView(phi.data(), DType::fp32, {F, K}),
+       TensorView(alpha.data(), DType::fp32, {3}), TensorView(bias.data(), DType::fp32, {F}),
+       TensorView(gamma.data(), DType::fp32, {N, D})},
+      {TensorView(rh_in.data(), DType::fp32, {S, D}), TensorView(rh_post.data(), DType::fp32, {S, N}),
+       TensorView(rh_res.data(), DType::fp32, {S, N, N}), TensorView(rinv_rms.data(), DType::fp32, {S}),
+       TensorView(rh_mix.data(), DType::fp32, {S, F}), TensorView(rh_pre.data(), DType::fp32, {S, N})},
+      reference));
 
   backward(S, first);  // sums over the sample only
-  mhc::kernels::reference::BackwardInputs64 bin;
-  bin.dims = fin.dims;
-  bin.x = fin.x; bin.phi = fin.phi; bin.alpha = fin.alpha; bin.gamma = fin.gamma;
-  for (int64_t i = 0; i < S * D; ++i) bin.grad_h_in.push_back(mhc::core::bf16_to_float(grad_h_in[first * D + i]));
-  for (int64_t i = 0; i < S * K; ++i) bin.grad_x_post.push_back(mhc::core::bf16_to_float(grad_x_post[first * K + i]));
-  bin.grad_h_post.assign(grad_h_post.begin() + first * N, grad_h_post.begin() + (first + S) * N);
-  bin.grad_h_res.assign(grad_h_res.begin() + first * R, grad_h_res.begin() + (first + S) * R);
-  bin.inv_rms.assign(inv_rms.begin() + first, inv_rms.begin() + first + S);  // our caches, as a user passes them
-  bin.h_mix.assign(h_mix.begin() + first * F, h_mix.begin() + (first + S) * F);
-  bin.h_pre.assign(h_pre.begin() + first * N, h_pre.begin() + (first + S) * N);
-  bin.h_post.assign(h_post.begin() + first * N, h_post.begin() + (first + S) * N);
-  const auto bref = mhc::kernels::reference::backward(bin);
+  std::vector<float> rgrad_x(S * K), rgrad_phi(F * K), rgrad_alpha(3), rgrad_bias(F), rgrad_gamma(K);
+  require(mhc::pre_backward(
+      {TensorView(x32.data(), DType::fp32, {S, N, D}), TensorView(phi.data(), DType::fp32, {F, K}),
+       TensorView(alpha.data(), DType::fp32, {3}), TensorView(grad_h_in32.data(), DType::fp32, {S, D}),
+       TensorView(grad_h_post.data() + first * N, DType::fp32, {S, N}),
+       TensorView(grad_h_res.data() + first * R, DType::fp32, {S, N, N}),
+       // our caches, as a user passes them
+       TensorView(inv_rms.data() + first, DType::fp32, {S}), TensorView(h_mix.data() + first * F, DType::fp32, {S, F}),
+       TensorView(h_pre.data() + first * N, DType::fp32, {S, N}), TensorView(h_post.data() + first * N, DType::fp32, {S, N}),
+       TensorView(gamma.data(), DType::fp32, {N, D}), TensorView(grad_x_post32.data(), DType::fp32, {S, N, D})},
+      {TensorView(rgrad_x.data(), DType::fp32, {S, N, D}), TensorView(rgrad_phi.data(), DType::fp32, {F, K}),
+       TensorView(rgrad_alpha.data(), DType::fp32, {3}), TensorView(rgrad_bias.data(), DType::fp32, {F}),
+       TensorView(rgrad_gamma.data(), DType::fp32, {N, D})},
+      reference));
+
+  // The scale of each bf16 output's rounding where its terms cancel: h_in's
+  // sum_n |h_pre x|; grad_x's |h_pre grad_h_in| + |grad_x_post| + |the rest|.
+  std::vector<double> h_in_magnitude(S * D, 0.0), grad_x_magnitude(S * K);
+  for (int64_t t = 0; t < S; ++t)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t d = 0; d < D; ++d) {
+        const double h = h_pre[(first + t) * N + n];
+        h_in_magnitude[t * D + d] += std::abs(h * x32[(t * N + n) * D + d]);
+        const double from_h_in = h * grad_h_in32[t * D + d], post = grad_x_post32[(t * N + n) * D + d];
+        grad_x_magnitude[(t * N + n) * D + d] =
+            std::abs(from_h_in) + std::abs(post) + std::abs(rgrad_x[(t * N + n) * D + d] - from_h_in - post);
+      }
 
   const Check checks[] = {
-      rounded("h_in", h_in.data() + first * D, fref.h_in, fref.h_in_magnitude),
-      normwise("h_post", h_post.data() + first * N, fref.h_post),
-      normwise("h_res", h_res.data() + first * R, fref.h_res),
-      normwise("inv_rms", inv_rms.data() + first, fref.inv_rms),
-      normwise("h_mix", h_mix.data() + first * F, fref.h_mix),
-      normwise("h_pre", h_pre.data() + first * N, fref.h_pre),
-      rounded("grad_x", grad_x.data() + first * K, bref.grad_x, bref.grad_x_magnitude),
-      normwise("grad_phi", grad_phi.data(), bref.grad_phi),
-      normwise("grad_alpha", grad_alpha.data(), bref.grad_alpha),
-      normwise("grad_bias", grad_bias.data(), bref.grad_bias),
-      normwise("grad_gamma", grad_gamma.data(), bref.grad_gamma)};
+      rounded("h_in", h_in.data() + first * D, rh_in, h_in_magnitude),
+      normwise("h_post", h_post.data() + first * N, rh_post),
+      normwise("h_res", h_res.data() + first * R, rh_res),
+      normwise("inv_rms", inv_rms.data() + first, rinv_rms),
+      normwise("h_mix", h_mix.data() + first * F, rh_mix),
+      normwise("h_pre", h_pre.data() + first * N, rh_pre),
+      rounded("grad_x", grad_x.data() + first * K, rgrad_x, grad_x_magnitude),
+      normwise("grad_phi", grad_phi.data(), rgrad_phi),
+      normwise("grad_alpha", grad_alpha.data(), rgrad_alpha),
+      normwise("grad_bias", grad_bias.data(), rgrad_bias),
+      normwise("grad_gamma", grad_gamma.data(), rgrad_gamma)};
   bool all = true;
   std::printf("check vs float64 reference on tokens %lld..%lld:\n", (long long)first, (long long)(first + S - 1));
   for (const Check& c : checks) {

@@ -74,7 +74,9 @@ struct PreBackwardKernels {
 // The scalar forms every fp32 family shares: grad_phi and grad_gamma of a column
 // item from the lanes' totals (lane order); grad_bias and grad_alpha (token order,
 // per chunk then across chunks).
+namespace common {  // kernels/common/backward_sums.cpp
 void finish_columns_scalar(const BackwardStep&, const ColumnItem&);
 void finish_sums_scalar(const BackwardStep&);
+}  // namespace common
 
 }  // namespace mhc::kernels

@@ -70,7 +70,7 @@ TEST(PortableDot, SixteenLanesInOrderThenTheFoldTree) {
       for (float& v : b) v = rng.uniform(-1, 1);
       float lanes[16] = {};
       for (int64_t i = 0; i < n; ++i) lanes[i % 16] += a[size_t(i)] * b[size_t(i * stride)];  // unfused
-      const float want = mhc::kernels::fold16(lanes);
+      const float want = mhc::kernels::common::fold16(lanes);
       ASSERT_EQ(bits(mhc::kernels::portable::dot(a.data(), b.data(), stride, n)), bits(want)) << "n " << n;
     }
   }

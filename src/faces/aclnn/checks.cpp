@@ -4,7 +4,7 @@
 
 #include "faces/aclnn/face.hpp"
 
-namespace mhc::aclnn {
+namespace mhc::faces::aclnn {
 
 aclnnStatus check_op_impl_mode(const char* op, int64_t mode) {
   // 0: default, 1: HF32 on Ascend (computed here in full fp32, at least as accurate).
@@ -23,4 +23,4 @@ aclnnStatus check_required(const char* op, std::initializer_list<TensorArg> requ
   return ACLNN_SUCCESS;
 }
 
-}  // namespace mhc::aclnn
+}  // namespace mhc::faces::aclnn

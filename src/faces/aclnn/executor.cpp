@@ -11,7 +11,7 @@
 #include "ops/pre_backward/pre_backward.hpp"
 #include "ops/pre_forward/pre_forward.hpp"
 
-namespace mhc::aclnn {
+namespace mhc::faces::aclnn {
 namespace {
 
 // The core wants a 64-byte aligned workspace; CANN programs may hand any
@@ -114,9 +114,9 @@ aclnnStatus run_executor(const char* op, void* workspace, uint64_t workspace_siz
   return from_status(op, status);
 }
 
-}  // namespace mhc::aclnn
+}  // namespace mhc::faces::aclnn
 
-using namespace mhc::aclnn;
+using namespace mhc::faces::aclnn;
 
 extern "C" aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor* executor) {
   if (executor == nullptr) return ACLNN_SUCCESS;

@@ -21,7 +21,7 @@
 #include "faces/guarded.hpp"
 #include "mhc/mhc.hpp"
 
-namespace mhc::aclnn {
+namespace mhc::faces::aclnn {
 
 // --- errors: the thread's last failure message, read by aclGetRecentErrMsg ---
 void set_recent_error(std::string message);
@@ -144,4 +144,4 @@ int guarded(const char* op, Body body) {
   });
 }
 
-}  // namespace mhc::aclnn
+}  // namespace mhc::faces::aclnn

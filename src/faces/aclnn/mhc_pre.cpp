@@ -9,7 +9,7 @@
 #include "faces/aclnn/face.hpp"
 #include "ops/pre_forward/pre_forward.hpp"
 
-namespace mhc::aclnn {
+namespace mhc::faces::aclnn {
 
 namespace {
 
@@ -47,9 +47,9 @@ aclnnStatus forward_workspace(const char* op, const char* run_op, const aclTenso
 }
 
 }  // namespace
-}  // namespace mhc::aclnn
+}  // namespace mhc::faces::aclnn
 
-using namespace mhc::aclnn;
+using namespace mhc::faces::aclnn;
 
 extern "C" {
 

@@ -9,7 +9,7 @@
 #include "faces/aclnn/face.hpp"
 #include "ops/pre_backward/pre_backward.hpp"
 
-namespace mhc::aclnn {
+namespace mhc::faces::aclnn {
 namespace {
 
 struct BackwardArgs {
@@ -62,9 +62,9 @@ aclnnStatus backward_workspace(const char* op, const char* run_op, const Backwar
 }
 
 }  // namespace
-}  // namespace mhc::aclnn
+}  // namespace mhc::faces::aclnn
 
-using namespace mhc::aclnn;
+using namespace mhc::faces::aclnn;
 
 extern "C" {
 

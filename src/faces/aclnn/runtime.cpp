@@ -11,7 +11,7 @@
 
 #include "faces/aclnn/face.hpp"
 
-namespace mhc::aclnn {
+namespace mhc::faces::aclnn {
 namespace {
 
 thread_local std::string recent_error;
@@ -141,9 +141,9 @@ bool stream_is_usable(aclrtStream stream) {
   return stream == nullptr || streams().find(handle_id(stream)) != nullptr;
 }
 
-}  // namespace mhc::aclnn
+}  // namespace mhc::faces::aclnn
 
-using namespace mhc::aclnn;
+using namespace mhc::faces::aclnn;
 
 extern "C" {
 

@@ -6,7 +6,7 @@
 #include "core/dtype.hpp"
 #include "faces/aclnn/face.hpp"
 
-namespace mhc::aclnn {
+namespace mhc::faces::aclnn {
 namespace {
 
 struct Tensor {
@@ -156,9 +156,9 @@ aclnnStatus check_x_not_fp32(const char* op, const TensorView& x) {
   return ACLNN_SUCCESS;
 }
 
-}  // namespace mhc::aclnn
+}  // namespace mhc::faces::aclnn
 
-using namespace mhc::aclnn;
+using namespace mhc::faces::aclnn;
 
 extern "C" {
 

@@ -408,7 +408,7 @@ void forward_tokens(const ForwardItem& item, int64_t t0, int64_t t1) {
   for (int64_t t = t0; t < t1; ++t) {
     float lanes[16];
     std::copy_n(s.sq + (t - t0) * 16, 16, lanes);
-    if (all_scalar || !std::isfinite(fold16(lanes))) token_m_scalar(p, t, m + (t - t0) * g.m_stride());
+    if (all_scalar || !std::isfinite(common::fold16(lanes))) token_m_scalar(p, t, m + (t - t0) * g.m_stride());
   }
   simd::finish_tokens(Isa::avx512)(p, t0, t1, m, g.m_stride(), s.sq, s.h_pre);
 }

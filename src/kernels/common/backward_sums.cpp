@@ -3,7 +3,7 @@
 
 #include "kernels/pre_backward.hpp"
 
-namespace mhc::kernels {
+namespace mhc::kernels::common {
 
 void finish_columns_scalar(const BackwardStep& step, const ColumnItem& item) {
   const core::BackwardProblem& p = *step.problem;
@@ -47,4 +47,4 @@ void finish_sums_scalar(const BackwardStep& step) {
   for (int a = 0; a < entries; ++a) p.grad_alpha.store(p.grad_alpha.at(0, a), token_sum(alpha_all + a, 3));
 }
 
-}  // namespace mhc::kernels
+}  // namespace mhc::kernels::common

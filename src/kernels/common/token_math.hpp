@@ -10,7 +10,7 @@
 #include "kernels/pre_backward.hpp"
 #include "kernels/pre_forward.hpp"
 
-namespace mhc::kernels {
+namespace mhc::kernels::common {
 
 inline float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
 
@@ -87,4 +87,4 @@ inline void backward_token_finish(const core::BackwardProblem& p, int64_t t, con
   std::memcpy(alpha_terms_out, alpha_terms, sizeof alpha_terms);
 }
 
-}  // namespace mhc::kernels
+}  // namespace mhc::kernels::common

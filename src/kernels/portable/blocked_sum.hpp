@@ -10,7 +10,7 @@ namespace mhc::kernels::portable {
 
 inline constexpr int kLanes = 16;
 
-inline float fold_lanes(float (&acc)[kLanes]) { return fold16(acc); }
+inline float fold_lanes(float (&acc)[kLanes]) { return common::fold16(acc); }
 
 // sum_i a[i] * b[i * b_stride]
 inline float dot(const float* a, const float* b, int64_t b_stride, int64_t n) {

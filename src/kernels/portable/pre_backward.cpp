@@ -31,7 +31,7 @@ void backward_token_stats(const BackwardStep& step, int64_t, int64_t t0, int64_t
     for (int64_t j = 0; j < d.D; ++j) grad_h_in[j] = p.grad_h_in.load(p.grad_h_in.at(t, 0, j));
     for (int64_t n = 0; n < d.N; ++n) g_pre[n] = dot(v + n * d.D, grad_h_in, 1, d.D);
     const BackwardBuffers& b = *step.buffers;
-      backward_token_finish(p, t, g_pre, b.G + t * d.F, b.gz + t * d.F, b.c + t, b.alpha_terms + 3 * t);
+      common::backward_token_finish(p, t, g_pre, b.G + t * d.F, b.gz + t * d.F, b.c + t, b.alpha_terms + 3 * t);
   }
 }
 
@@ -92,7 +92,7 @@ const PreBackwardKernels kPreBackward = {.scratch_floats = backward_scratch_floa
                                          .token_stats = backward_token_stats,
                                          .columns = backward_columns,
                                          .rows = nullptr,
-                                         .finish_columns = finish_columns_scalar,
-                                         .finish_sums = finish_sums_scalar};
+                                         .finish_columns = common::finish_columns_scalar,
+                                         .finish_sums = common::finish_sums_scalar};
 
 }  // namespace mhc::kernels::portable

@@ -31,7 +31,7 @@ void forward_tokens(const ForwardItem& item, int64_t t0, int64_t t1) {
     }
     for (int64_t f = 0; f < d.F; ++f)
       m[f] = dot(gamma_applied, phi + f * p.phi.stride[2], p.phi.stride[3], d.K);
-    forward_token_finish(p, t, sum_of_squares(v, d.K), m, h_pre);
+    common::forward_token_finish(p, t, sum_of_squares(v, d.K), m, h_pre);
     for (int64_t j = 0; j < d.D; ++j) {
       float acc = 0.0f;  // n ascending, in fp32 (SPEC §2)
       for (int64_t n = 0; n < d.N; ++n) acc += h_pre[n] * v[n * d.D + j];

@@ -114,7 +114,7 @@ void BackwardTokenStats(const BackwardStep& step, int64_t chunk0, int64_t t0, in
         g_pre[n] = FoldLanes(df, lanes);
       }
       const BackwardBuffers& b = *step.buffers;
-      backward_token_finish(p, t, g_pre, b.G + t * d.F, b.gz + t * d.F, b.c + t, b.alpha_terms + 3 * t);
+      common::backward_token_finish(p, t, g_pre, b.G + t * d.F, b.gz + t * d.F, b.c + t, b.alpha_terms + 3 * t);
     }
   });
 }
@@ -246,7 +246,7 @@ const PreBackwardKernels kPreBackward = {.scratch_floats = BackwardScratchFloats
                                          .columns = BackwardColumns,
                                          .rows = BackwardRows,
                                          .finish_columns = BackwardFinishColumns,
-                                         .finish_sums = finish_sums_scalar};
+                                         .finish_sums = common::finish_sums_scalar};
 
 }  // namespace mhc::kernels::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

@@ -162,7 +162,7 @@ void ForwardFinishTokens(const core::ForwardProblem& p, int64_t t0, int64_t t1, 
   for (int64_t t = t0; t < t1; ++t) {
     float lanes[16];
     std::copy_n(sq_lanes + (t - t0) * 16, 16, lanes);
-    forward_token_finish(p, t, fold16(lanes), m + (t - t0) * m_stride, h_pre);
+    common::forward_token_finish(p, t, common::fold16(lanes), m + (t - t0) * m_stride, h_pre);
     HInRow(p, t, h_pre);
   }
   hwy::FlushStream();  // HInRow's streaming stores, before the caller reads h_in
@@ -227,7 +227,7 @@ void ForwardTokens(const ForwardItem& item, int64_t t0, int64_t t1) {
 
   for (int64_t t = 0; t < tokens; ++t) {
     const float sum_sq = FoldLanes(df, hn::Load(df, s.sum_sq + t * L)) + s.sum_sq[tokens * L + t];
-    forward_token_finish(p, t0 + t, sum_sq, s.m + t * d.F, s.h_pre);
+    common::forward_token_finish(p, t0 + t, sum_sq, s.m + t * d.F, s.h_pre);
     HInRow(p, t0 + t, s.h_pre);
   }
   hwy::FlushStream();  // HInRow's streaming stores, before the caller reads h_in
