@@ -91,7 +91,6 @@ void BackwardTokenStats(const BackwardStep& step, int64_t chunk0, int64_t t0, in
   const int64_t L = tiles.L, full = d.D / L * L;
   float* g_pre = step.scratch + kBlockRows * L;
   const int64_t xs = p.x.stride[3], ghs = p.grad_h_in.stride[3];
-  const bool unit = xs == 1 && ghs == 1;
   WithDType(p.x.dtype, [&]<DType T>() {  // grad_h_in has x's dtype
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t gh_at = p.grad_h_in.at(t, 0, 0);
@@ -99,12 +98,11 @@ void BackwardTokenStats(const BackwardStep& step, int64_t chunk0, int64_t t0, in
         const int64_t x_at = p.x.at(t, n, 0);
         VF lanes = hn::Zero(df);
         int64_t j = 0, strip = 0;
-        if (unit)
-          for (; j < full; j += L, ++strip) {
-            const VF v = LoadT<T>(df, p.x.data, x_at + j);
-            lanes = hn::MulAdd(v, LoadT<T>(df, p.grad_h_in.data, gh_at + j), lanes);
-            CopyT<T>(df, p.x.data, x_at + j, tiles.v, tiles.v_at(n, strip, t - chunk0));
-          }
+        for (; j < full; j += L, ++strip) {  // rows are unit-stride (the driver stages others)
+          const VF v = LoadT<T>(df, p.x.data, x_at + j);
+          lanes = hn::MulAdd(v, LoadT<T>(df, p.grad_h_in.data, gh_at + j), lanes);
+          CopyT<T>(df, p.x.data, x_at + j, tiles.v, tiles.v_at(n, strip, t - chunk0));
+        }
         for (; j < d.D; j += L, ++strip) {
           const int64_t width = std::min(L, d.D - j);
           const VF v = LoadRow(df, p.x.data, T, x_at + j * xs, xs, width);
@@ -145,7 +143,7 @@ void BackwardColumns(const BackwardStep& step, int64_t t0, int64_t t1, const Col
         const float* phi_rows[kBlockRows];
         for (int r = 0; r < rows; ++r) {
           phi_rows[r] = phi + (f0 + r) * p.phi.stride[2] + k * phi_cs;
-          if (width < L || phi_cs != 1) {  // copy the real columns, zero the rest
+          if (width < L) {  // copy the real columns, zero the rest (phi is unit-stride: staged otherwise)
             std::fill_n(phi_padded + r * L, L, 0.0f);
             for (int64_t i = 0; i < width; ++i)
               phi_padded[r * L + i] = phi[(f0 + r) * p.phi.stride[2] + (k + i) * phi_cs];
@@ -179,7 +177,6 @@ void BackwardRows(const BackwardStep& step, int64_t chunk0, int64_t t0, int64_t 
   const int64_t L = tiles.L, full = d.D / L * L;
   const int64_t ghs = p.grad_h_in.stride[3], posts = p.grad_x_post.stride[3], outs = p.grad_x.stride[3];
   const bool has_post = p.grad_x_post.present();
-  const bool unit = ghs == 1 && (!has_post || posts == 1) && outs == 1;
   // grad_x far larger than the caches: stream it to memory.
   const bool stream = d.T * d.K * core::element_size(p.grad_x.dtype) > kStreamBytes;
   WithDType(p.x.dtype, [&]<DType T>() {  // grad_h_in, grad_x_post and grad_x have x's dtype
@@ -190,14 +187,13 @@ void BackwardRows(const BackwardStep& step, int64_t chunk0, int64_t t0, int64_t 
         const int64_t out_at = p.grad_x.at(t, n, 0);
         const int64_t post_at = has_post ? p.grad_x_post.at(t, n, 0) : 0;
         int64_t j = 0, strip = 0;
-        if (unit)
-          for (; j < full; j += L, ++strip) {
-            const VF y = hn::Load(df, tiles.gu_at(n, strip, t - chunk0));
-            VF gx = hn::MulAdd(h_pre, LoadT<T>(df, p.grad_h_in.data, gh_at + j), y);
-            if (has_post) gx = hn::Add(gx, LoadT<T>(df, p.grad_x_post.data, post_at + j));
-            if (stream) StreamT<T>(df, gx, p.grad_x.data, out_at + j);
-            else StoreT<T>(df, gx, p.grad_x.data, out_at + j);
-          }
+        for (; j < full; j += L, ++strip) {  // rows are unit-stride (the driver stages others)
+          const VF y = hn::Load(df, tiles.gu_at(n, strip, t - chunk0));
+          VF gx = hn::MulAdd(h_pre, LoadT<T>(df, p.grad_h_in.data, gh_at + j), y);
+          if (has_post) gx = hn::Add(gx, LoadT<T>(df, p.grad_x_post.data, post_at + j));
+          if (stream) StreamT<T>(df, gx, p.grad_x.data, out_at + j);
+          else StoreT<T>(df, gx, p.grad_x.data, out_at + j);
+        }
         for (; j < d.D; j += L, ++strip) {
           const int64_t width = std::min(L, d.D - j);
           const VF y = hn::Load(df, tiles.gu_at(n, strip, t - chunk0));

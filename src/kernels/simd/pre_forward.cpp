@@ -72,15 +72,17 @@ static ForwardScratch LayOutForwardScratch(float* base, const core::Dims& d) {
 // u[t][k - k0] = v * gamma for the columns [k0, k1) of token t (zeros up to k_end,
 // the padded end); on the first pass also the sum of v^2. The same columns of
 // token t_ahead are asked of the cache meanwhile: a chunk of a row is at most a
-// few pages, too short for the hardware prefetcher to learn.
+// few pages, too short for the hardware prefetcher to learn. Rows of x and gamma
+// are unit-stride (the driver stages other layouts); whole vectors go through
+// ScaleRow, the rest one element at a time.
 static void CastChunk(const core::ForwardProblem& p, int64_t t, int64_t t_ahead, int64_t k0, int64_t k1,
                       int64_t k_end, float* u_row, float* sq_lanes, float* sq_tail, bool with_sum_sq) {
   const DF df;
-  const int64_t L = hn::Lanes(df), D = p.dims.D;
+  const int64_t D = p.dims.D;
   const int64_t xs = p.x.stride[3], gs = p.gamma.stride[3];
   VF sq = hn::Load(df, sq_lanes);
   float tail = *sq_tail;
-  const bool has_gamma = p.gamma.present(), unit = xs == 1 && (!has_gamma || gs == 1);
+  const bool has_gamma = p.gamma.present();
   const float* gamma = static_cast<const float*>(p.gamma.data);
   const int64_t esize = core::element_size(p.x.dtype);
   WithDType(p.x.dtype, [&]<DType T>() {
@@ -90,16 +92,9 @@ static void CastChunk(const core::ForwardProblem& p, int64_t t, int64_t t_ahead,
       const char* ahead = static_cast<const char*>(p.x.data) + (t_ahead >= 0 ? p.x.at(t_ahead, n, 0) : x_at) * esize;
       float* u_out = u_row + (n * D - k0);
       int64_t j = j0;
-      if (unit)
-        j += ScaleRow<T>(static_cast<const char*>(p.x.data) + (x_at + j) * esize,
-                         has_gamma ? gamma + gamma_at + j : nullptr, j1 - j, u_out + j, sq, with_sum_sq,
-                         ahead + j * esize);
-      for (; j + L <= j1; j += L) {
-        const VF v = LoadRow(df, p.x.data, T, x_at + j * xs, xs, L);
-        if (with_sum_sq) sq = hn::MulAdd(v, v, sq);
-        const VF u = has_gamma ? hn::Mul(v, LoadRow(df, gamma, DType::fp32, gamma_at + j * gs, gs, L)) : v;
-        hn::StoreU(u, df, u_out + j);
-      }
+      j += ScaleRow<T>(static_cast<const char*>(p.x.data) + (x_at + j) * esize,
+                       has_gamma ? gamma + gamma_at + j : nullptr, j1 - j, u_out + j, sq, with_sum_sq,
+                       ahead + j * esize);
       for (; j < j1; ++j) {
         const float v = p.x.load(x_at + j * xs);
         if (with_sum_sq) tail += v * v;
@@ -125,7 +120,9 @@ static void RunTiles(const ForwardScratch& s, int64_t tokens, int64_t rows, int6
               rows * L);
 }
 
-// h_in = sum_n h_pre[n] v[n], n ascending, for token t.
+// h_in = sum_n h_pre[n] v[n], n ascending, for token t: whole vectors through
+// WeightedRows (rows of x and h_in are unit-stride: the driver stages others),
+// the last partial vector gathered.
 static void HInRow(const core::ForwardProblem& p, int64_t t, const float* h_pre) {
   const core::Dims& d = p.dims;
   const DF df;
@@ -137,14 +134,10 @@ static void HInRow(const core::ForwardProblem& p, int64_t t, const float* h_pre)
   // (a: 32 MiB; measured a 14.6 -> 13.7-14.3 ms).
   const bool stream = d.T * d.D * core::element_size(p.h_in.dtype) > kStreamHInBytes;
   WithDType(p.x.dtype, [&]<DType T>() {  // h_in has x's dtype
-    int64_t j = 0;
-    if (xs == 1 && hs == 1) {
-      const int64_t esize = core::element_size(T);
-      WeightedRows<T>(static_cast<const char*>(p.x.data) + x_row * esize, xn, h_pre, d.N, full,
-                      static_cast<char*>(p.h_in.data) + h_row * esize, stream);
-      j = full;
-    }
-    for (; j < d.D; j += L) {
+    const int64_t esize = core::element_size(T);
+    WeightedRows<T>(static_cast<const char*>(p.x.data) + x_row * esize, xn, h_pre, d.N, full,
+                    static_cast<char*>(p.h_in.data) + h_row * esize, stream);
+    for (int64_t j = full; j < d.D; j += L) {
       const int64_t count = std::min(L, d.D - j);
       VF acc = hn::Zero(df);
       for (int64_t n = 0; n < d.N; ++n)
@@ -199,7 +192,7 @@ void ForwardTokens(const ForwardItem& item, int64_t t0, int64_t t1) {
       // Blocks of columns; each accumulator still takes its column vectors in
       // ascending order, so the bits are those of one pass over the chunk. An
       // item of one tile's tokens reads phi once: it runs over phi's rows.
-      const bool copy_phi = tokens > kTileTokens || phi_cs != 1;
+      const bool copy_phi = tokens > kTileTokens;
       for (int64_t c0 = k0; c0 < full_end; c0 += kBlockColumns) {
         const int64_t c1 = std::min(full_end, c0 + kBlockColumns);
         if (!copy_phi) {
@@ -208,12 +201,8 @@ void ForwardTokens(const ForwardItem& item, int64_t t0, int64_t t1) {
         }
         for (int64_t f = 0; f < rows; ++f) {
           float* row = s.phi_chunk + f * kBlockStride;
-          if (phi_cs == 1) {
-            const float* from = phi + (f0 + f) * p.phi.stride[2];
-            for (int64_t k = c0; k < c1; k += L) hn::Store(hn::LoadU(df, from + k), df, row + (k - c0));
-          } else {
-            for (int64_t k = c0; k < c1; ++k) row[k - c0] = phi_at(f0 + f, k);
-          }
+          const float* from = phi + (f0 + f) * p.phi.stride[2];  // unit-stride (staged otherwise)
+          for (int64_t k = c0; k < c1; k += L) hn::Store(hn::LoadU(df, from + k), df, row + (k - c0));
         }
         RunTiles(s, tokens, rows, c0 - k0, s.phi_chunk, kBlockStride, (c1 - c0) / L);
       }

@@ -14,6 +14,7 @@
 #include "ops/isa.hpp"
 #include "ops/pre_backward/plan.hpp"
 #include "ops/pre_backward/pre_backward.hpp"
+#include "ops/staging.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace mhc::ops::pre_backward {
@@ -22,6 +23,21 @@ namespace {
 const kernels::PreBackwardKernels& kernels_of(const core::BackwardProblem& problem) {
   return *implementation(problem.isa).pre_backward;
 }
+
+// The operands the kernels read or write row by row: staged when their rows are
+// not unit-stride (staging.hpp).
+Staging staging_of(core::BackwardProblem* p) {
+  Staging staging;
+  staging.add(&p->x, false);
+  staging.add(&p->grad_h_in, false);
+  staging.add(&p->grad_x_post, false);
+  staging.add(&p->phi, false);
+  staging.add(&p->gamma, false);
+  staging.add(&p->grad_x, true);
+  return staging;
+}
+
+size_t plan_bytes(const Plan& plan) { return (plan.workspace_bytes + 63) / 64 * 64; }
 
 void run_phases(const kernels::PreBackwardKernels& kernels, const core::BackwardProblem& problem, const Plan& plan,
                 const Workspace& w) {
@@ -72,18 +88,24 @@ void run_phases(const kernels::PreBackwardKernels& kernels, const core::Backward
 }  // namespace
 
 size_t workspace_bytes(const core::BackwardProblem& problem, int num_threads) {
-  return make_plan(kernels_of(problem), problem, resolve_threads(num_threads)).workspace_bytes;
+  core::BackwardProblem staged = problem;
+  const Plan plan = make_plan(kernels_of(problem), problem, resolve_threads(num_threads));
+  const size_t staging = staging_of(&staged).bytes();
+  return staging > 0 ? plan_bytes(plan) + staging : plan.workspace_bytes;
 }
 
-Status run(const core::BackwardProblem& problem, void* workspace, size_t workspace_bytes, int num_threads) {
-  const kernels::PreBackwardKernels& kernels = kernels_of(problem);
-  const Plan plan = make_plan(kernels, problem, resolve_threads(num_threads));
-  if (Status s = workspace_error(plan.workspace_bytes, workspace_bytes, workspace); !s.ok()) return s;
-  if (kernels.serial) {
-    kernels.serial(problem);
-    return {};
-  }
-  run_phases(kernels, problem, plan, lay_out(plan, problem.dims, workspace));
+Status run(const core::BackwardProblem& original, void* workspace, size_t workspace_bytes, int num_threads) {
+  const kernels::PreBackwardKernels& kernels = kernels_of(original);
+  const int threads = resolve_threads(num_threads);
+  const Plan plan = make_plan(kernels, original, threads);
+  core::BackwardProblem problem = original;
+  Staging staging = staging_of(&problem);
+  const size_t needed = staging.bytes() > 0 ? plan_bytes(plan) + staging.bytes() : plan.workspace_bytes;
+  if (Status s = workspace_error(needed, workspace_bytes, workspace); !s.ok()) return s;
+  if (staging.bytes() > 0) staging.gather(static_cast<char*>(workspace) + plan_bytes(plan), threads);
+  if (kernels.serial) kernels.serial(problem);
+  else run_phases(kernels, problem, plan, lay_out(plan, problem.dims, workspace));
+  staging.scatter(threads);
   return {};
 }
 

@@ -6,6 +6,7 @@
 #include "ops/isa.hpp"
 #include "ops/pre_forward/plan.hpp"
 #include "ops/pre_forward/pre_forward.hpp"
+#include "ops/staging.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace mhc::ops::pre_forward {
@@ -17,18 +18,40 @@ const kernels::PreForwardKernels& kernels_of(const core::ForwardProblem& problem
   return *implementation(problem.isa).pre_forward;
 }
 
+// The operands the kernels read or write row by row: staged when their rows are
+// not unit-stride (staging.hpp).
+Staging staging_of(core::ForwardProblem* p) {
+  Staging staging;
+  staging.add(&p->x, false);
+  staging.add(&p->gamma, false);
+  staging.add(&p->phi, false);
+  staging.add(&p->h_in, true);
+  return staging;
+}
+
+size_t plan_bytes(const Plan& plan) { return (plan.workspace_bytes + 63) / 64 * 64; }
+
 }  // namespace
 
 size_t workspace_bytes(const core::ForwardProblem& problem, int num_threads) {
-  return make_plan(kernels_of(problem), problem, resolve_threads(num_threads)).workspace_bytes;
+  core::ForwardProblem staged = problem;
+  const Plan plan = make_plan(kernels_of(problem), problem, resolve_threads(num_threads));
+  const size_t staging = problem.dims.T > 0 ? staging_of(&staged).bytes() : 0;
+  return staging > 0 ? plan_bytes(plan) + staging : plan.workspace_bytes;
 }
 
-Status run(const core::ForwardProblem& problem, void* workspace, size_t workspace_bytes, int num_threads) {
-  const kernels::PreForwardKernels& kernels = kernels_of(problem);
-  const Plan plan = make_plan(kernels, problem, resolve_threads(num_threads));
-  if (Status s = workspace_error(plan.workspace_bytes, workspace_bytes, workspace); !s.ok()) return s;
+Status run(const core::ForwardProblem& original, void* workspace, size_t workspace_bytes, int num_threads) {
+  const kernels::PreForwardKernels& kernels = kernels_of(original);
+  const int threads = resolve_threads(num_threads);
+  const Plan plan = make_plan(kernels, original, threads);
+  core::ForwardProblem problem = original;
+  Staging staging = staging_of(&problem);
+  const size_t needed = original.dims.T > 0 && staging.bytes() > 0 ? plan_bytes(plan) + staging.bytes()
+                                                                     : plan.workspace_bytes;
+  if (Status s = workspace_error(needed, workspace_bytes, workspace); !s.ok()) return s;
   const int64_t T = problem.dims.T;
   if (T == 0) return {};
+  if (staging.bytes() > 0) staging.gather(static_cast<char*>(workspace) + plan_bytes(plan), threads);
   const Workspace w = lay_out(plan, workspace);
   if (plan.prepare_parts > 0)
     runtime::parallel_for(plan.prepare_parts, plan.prepare_parts, [&](int64_t part, int) {
@@ -36,12 +59,13 @@ Status run(const core::ForwardProblem& problem, void* workspace, size_t workspac
     });
   if (kernels.serial) {
     kernels.tokens({&problem, w.scratch_base, &w.prepared}, 0, T);
-    return {};
+  } else {
+    runtime::parallel_for(plan.items, plan.threads, [&](int64_t item, int worker) {
+      const int64_t t0 = item * plan.item_tokens;
+      kernels.tokens({&problem, w.scratch(worker), &w.prepared}, t0, std::min(T, t0 + plan.item_tokens));
+    });
   }
-  runtime::parallel_for(plan.items, plan.threads, [&](int64_t item, int worker) {
-    const int64_t t0 = item * plan.item_tokens;
-    kernels.tokens({&problem, w.scratch(worker), &w.prepared}, t0, std::min(T, t0 + plan.item_tokens));
-  });
+  staging.scatter(threads);
   return {};
 }
 
