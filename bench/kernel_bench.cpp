@@ -33,13 +33,11 @@ struct Floats {
 };
 
 std::vector<const Microkernels*> simd_targets() {
-  std::vector<const Microkernels*> out;
 #if defined(MHC_WITH_SIMD)
-  for (mhc::Isa isa : {mhc::Isa::avx512, mhc::Isa::avx2})
-    if (mhc::kernels::simd::runs(isa))
-      if (const Microkernels* m = mhc::kernels::simd::microkernels(isa)) out.push_back(m);
+  return mhc::kernels::simd::runnable_microkernels();
+#else
+  return {};
 #endif
-  return out;
 }
 
 // GemmTile/<target>/<tokens>x<rows>: one tile over 128 column vectors (the SIMD forward's block loop).

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/rng.hpp"
 #include "kernels/registry.hpp"
 #include "kernels/simd/microkernels.hpp"
 #include "mhc/mhc.hpp"
@@ -19,33 +20,16 @@ namespace mhc_kernel_test {
 using mhc::DType;
 using mhc::kernels::simd::Microkernels;
 
-// The SIMD targets' tables, best first.
+// The SIMD targets' tables this CPU runs, best first.
 inline std::vector<const Microkernels*> simd_targets() {
-  std::vector<const Microkernels*> out;
 #if defined(MHC_WITH_SIMD)
-  for (mhc::Isa isa : {mhc::Isa::avx512, mhc::Isa::avx2})
-    if (mhc::kernels::simd::runs(isa))
-      if (const Microkernels* m = mhc::kernels::simd::microkernels(isa)) out.push_back(m);
+  return mhc::kernels::simd::runnable_microkernels();
+#else
+  return {};
 #endif
-  return out;
 }
 
-// splitmix64, as the operator tests.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  float uniform(float lo, float hi) { return lo + (hi - lo) * float(double(next() >> 40) * 0x1.0p-24); }
-  int64_t below(int64_t n) { return int64_t(next() % uint64_t(n)); }
-
- private:
-  uint64_t state_;
-};
+using mhc_test::Rng;
 
 // floats on a 64-byte boundary (the vector loads some microkernels ask for).
 class AlignedFloats {

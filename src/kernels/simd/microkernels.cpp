@@ -7,6 +7,7 @@
 #include "hwy/highway.h"
 #include "kernels/simd/gemm_tile-inl.h"
 #include "kernels/simd/microkernels.hpp"
+#include "kernels/tables.hpp"
 #include "kernels/simd/strip_block-inl.h"
 #include "kernels/simd/token_rows-inl.h"
 #include "kernels/simd/vec-inl.h"
@@ -89,6 +90,13 @@ const Microkernels* microkernels(Isa isa) {
   if (isa == Isa::avx2) return &N_AVX2::kMicrokernels;
 #endif
   return nullptr;
+}
+std::vector<const Microkernels*> runnable_microkernels() {
+  std::vector<const Microkernels*> out;
+  for (Isa isa : {Isa::avx512, Isa::avx2})
+    if (runs(isa))
+      if (const Microkernels* m = microkernels(isa)) out.push_back(m);
+  return out;
 }
 }  // namespace mhc::kernels::simd
 #endif

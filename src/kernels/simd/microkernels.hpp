@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "mhc/mhc.hpp"
 
@@ -53,5 +54,7 @@ struct Microkernels {
 // The target's table (avx512, avx2), or nullptr when this build has none; call
 // only where runs(isa) (tables.hpp).
 const Microkernels* microkernels(Isa isa);
+// The tables of every target this build has and this CPU runs, best first.
+std::vector<const Microkernels*> runnable_microkernels();
 
 }  // namespace mhc::kernels::simd
