@@ -35,6 +35,18 @@ uint64_t fnv1a(uint64_t h, const void* data, size_t bytes) {
   return h;
 }
 
+// NaN as one pattern per dtype: which NaN an operation returns (its sign, its
+// payload) depends on the order of its operands, which compilers may swap; SPEC
+// asks only that NaN stays NaN.
+uint32_t canonical_nan(DType dtype, uint32_t bits) {
+  switch (dtype) {
+    case DType::fp32: return (bits & 0x7fffffffu) > 0x7f800000u ? 0x7fc00000u : bits;
+    case DType::bf16: return (bits & 0x7fffu) > 0x7f80u ? 0x7fc0u : bits;
+    case DType::fp16: return (bits & 0x7fffu) > 0x7c00u ? 0x7e00u : bits;
+  }
+  return bits;
+}
+
 // The hash of every output of a forward (with caches) and a backward on its results.
 uint64_t outputs_hash(Operands o, const mhc::Options& options) {
   o.options.num_threads = options.num_threads;
@@ -47,7 +59,8 @@ uint64_t outputs_hash(Operands o, const mhc::Options& options) {
   for (const TensorMember& m : tensor_members()) {
     const Tensor& t = o.*m.member;
     h = fnv1a(h, m.name, std::strlen(m.name));
-    const std::vector<uint32_t> bits = t.raw();
+    std::vector<uint32_t> bits = t.raw();
+    for (uint32_t& b : bits) b = canonical_nan(t.dtype(), b);
     h = fnv1a(h, bits.data(), bits.size() * sizeof(uint32_t));
   }
   return h;

@@ -63,19 +63,21 @@ void StripBlockKernel(int rows, bool last, DType x_dtype, const float* G, int64_
 
 }  // namespace
 
-const Microkernels kMicrokernels = {.target = HWY_TARGET == HWY_AVX2 ? "avx2" : HWY_TARGET == HWY_AVX3 ? "avx512" : "other",
-                                    .lanes = int(hn::MaxLanes(DF())),  // fixed-width targets: the lanes
-                                    .tile_tokens = kTileTokens,
-                                    .tile_rows = kTileRows,
-                                    .u_row_floats = kURowFloats,
-                                    .gemm_tile = GemmTileKernel,
-                                    .scale_row = ScaleRowKernel,
-                                    .weighted_rows = WeightedRowsKernel,
-                                    .fold_lanes = FoldLanesKernel,
-                                    .store_rounded = StoreRoundedKernel,
-                                    .block_rows = kBlockRows,
-                                    .token_floats = kTokenFloats,
-                                    .strip_block = StripBlockKernel};
+[[maybe_unused]] const Microkernels kMicrokernels = {
+    .target = HWY_TARGET == HWY_AVX2 ? "avx2" : HWY_TARGET == HWY_AVX3 ? "avx512" : "other",
+    .lanes = int(hn::MaxLanes(DF())),  // fixed-width targets: the lanes
+    .tile_tokens = kTileTokens,
+    .tile_rows = kTileRows,
+    .u_row_floats = kURowFloats,
+    .gemm_tile = GemmTileKernel,
+    .scale_row = ScaleRowKernel,
+    .weighted_rows = WeightedRowsKernel,
+    .fold_lanes = FoldLanesKernel,
+    .store_rounded = StoreRoundedKernel,
+    .block_rows = kBlockRows,
+    .token_floats = kTokenFloats,
+    .strip_block = StripBlockKernel
+};
 
 }  // namespace mhc::kernels::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

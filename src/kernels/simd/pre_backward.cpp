@@ -236,13 +236,15 @@ void BackwardFinishColumns(const BackwardStep& step, const ColumnItem& item) {
   }
 }
 
-const PreBackwardKernels kPreBackward = {.scratch_floats = BackwardScratchFloats,
-                                         .chunk_floats = BackwardChunkFloats,
-                                         .token_stats = BackwardTokenStats,
-                                         .columns = BackwardColumns,
-                                         .rows = BackwardRows,
-                                         .finish_columns = BackwardFinishColumns,
-                                         .finish_sums = common::finish_sums_scalar};
+[[maybe_unused]] const PreBackwardKernels kPreBackward = {
+    .scratch_floats = BackwardScratchFloats,
+    .chunk_floats = BackwardChunkFloats,
+    .token_stats = BackwardTokenStats,
+    .columns = BackwardColumns,
+    .rows = BackwardRows,
+    .finish_columns = BackwardFinishColumns,
+    .finish_sums = common::finish_sums_scalar
+};
 
 }  // namespace mhc::kernels::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

@@ -222,7 +222,8 @@ void ForwardTokens(const ForwardItem& item, int64_t t0, int64_t t1) {
   hwy::FlushStream();  // HInRow's streaming stores, before the caller reads h_in
 }
 
-const PreForwardKernels kPreForward = {.scratch_floats = ForwardScratchFloats, .tokens = ForwardTokens};
+// (Unused on the targets the registry does not name.)
+[[maybe_unused]] const PreForwardKernels kPreForward = {.scratch_floats = ForwardScratchFloats, .tokens = ForwardTokens};
 
 }  // namespace mhc::kernels::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
