@@ -17,12 +17,12 @@ if os.path.join(REPO, "python") not in sys.path:  # so a bare `pytest tests/pyth
 
 QUICK = os.environ.get("MHC_TEST_QUICK", "") not in ("", "0")
 
-# The brief's tolerances, logged for every output (and asserted with MHC_TEST_BRIEF_BOUNDS=1):
-BRIEF_NORMWISE_TOL = 1e-5  # fp32 outputs: ||ours - truth|| / ||truth||
-BRIEF_TERMS_TOL = 1e-6  # h_in, grad_x: elementwise max(1 ulp, 1e-6 * sum|terms|)
-BRIEF_BOUNDS = os.environ.get("MHC_TEST_BRIEF_BOUNDS", "") not in ("", "0")
+# The terms bound, logged for every output (and asserted with MHC_TEST_TERMS_BOUND=1):
+TERMS_NORMWISE_TOL = 1e-5  # fp32 outputs: ||ours - truth|| / ||truth||
+TERMS_TOL = 1e-6  # h_in, grad_x: elementwise max(1 ulp, 1e-6 * sum|terms|)
+TERMS_BOUND = os.environ.get("MHC_TEST_TERMS_BOUND", "") not in ("", "0")
 # The asserted bound, every output elementwise: 1 ulp of its dtype at |truth| plus
-# COND_TOL times its condition magnitude (oracle.magnitudes64). The brief's bounds
+# COND_TOL times its condition magnitude (oracle.magnitudes64). The terms bound
 # miss inherent effects: cancellation inside the sums behind each term, sigma'
 # recovered from the cached fp32 h_pre/h_post, and the max (not the sum) of the
 # cast's rounding and the fp32 error before it. COND_TOL is ~84 fp32 eps: room for
@@ -65,9 +65,9 @@ def ulp(truth64, dtype):
 
 def check_output(output, ours, truth64, mag64, case, terms_abs64=None):
     """Assert |ours - truth| <= ulp(truth) + COND_TOL * magnitude elementwise; log the
-    brief's metrics too (normwise for fp32 outputs; ulps and sum|terms| for h_in/grad_x).
+    terms bound's metrics too (normwise for fp32 outputs; ulps and sum|terms| for h_in/grad_x).
 
-    Returns (our-bound ratio, brief-bound ratio); a ratio <= 1 passes."""
+    Returns (our-bound ratio, terms-bound ratio); a ratio <= 1 passes."""
     assert ours.shape == truth64.shape, f"{output}: shape {tuple(ours.shape)} != {tuple(truth64.shape)}"
     dtype = ours.dtype
     key = output if terms_abs64 is None else f"{output}[{DTYPE_NAMES[dtype]}]"
@@ -79,19 +79,19 @@ def check_output(output, ours, truth64, mag64, case, terms_abs64=None):
     if terms_abs64 is None:
         scale = torch.linalg.vector_norm(truth64)
         rel = float(torch.linalg.vector_norm(err) / scale) if scale > 0 else float(err.max())
-        ERROR_LOG.record(key, "normwise rel (brief 1e-5)", rel, case)
-        brief = rel / BRIEF_NORMWISE_TOL
+        ERROR_LOG.record(key, "normwise rel (terms bound 1e-5)", rel, case)
+        terms = rel / TERMS_NORMWISE_TOL
     else:
-        # In ulps where the brief's bound is the ulp, in sum|terms| where it is that.
-        by_ulp = one_ulp >= BRIEF_TERMS_TOL * terms_abs64
+        # In ulps where the terms bound is the ulp, in sum|terms| where it is that.
+        by_ulp = one_ulp >= TERMS_TOL * terms_abs64
         terms = terms_abs64.clamp(min=torch.finfo(torch.float64).tiny)
         if bool(by_ulp.any()):
             in_ulps = float((err / one_ulp)[by_ulp].max())
             ERROR_LOG.record(key, "err / ulp (ulp-bound elts)", in_ulps, case)
         if not bool(by_ulp.all()):
             ERROR_LOG.record(key, "err / sum|terms| (others)", float((err / terms)[~by_ulp].max()), case)
-        brief = float((err / torch.maximum(one_ulp, BRIEF_TERMS_TOL * terms_abs64)).max())
-        ERROR_LOG.record(key, "err / brief bound", brief, case)
+        terms = float((err / torch.maximum(one_ulp, TERMS_TOL * terms_abs64)).max())
+        ERROR_LOG.record(key, "err / terms bound", terms, case)
     if ratio > 1:
         i = int((err / bound).flatten().argmax())
         raise AssertionError(
@@ -99,8 +99,8 @@ def check_output(output, ours, truth64, mag64, case, terms_abs64=None):
             f"worst at flat {i}: ours {float(ours.flatten()[i].float())!r} truth "
             f"{float(truth64.flatten()[i])!r} err {float(err.flatten()[i]):.3g} ulp "
             f"{float(one_ulp.flatten()[i]):.3g} magnitude {float(mag64.flatten()[i]):.3g}")
-    assert not BRIEF_BOUNDS or brief <= 1, f"{output}: {brief:.3g} x the brief's bound ({case})"
-    return ratio, brief
+    assert not TERMS_BOUND or terms <= 1, f"{output}: {terms:.3g} x the terms bound ({case})"
+    return ratio, terms
 
 
 @pytest.fixture(autouse=True)
@@ -127,7 +127,7 @@ def pytest_terminal_summary(terminalreporter):
         return
     terminalreporter.section("mhc: largest error per output against the float64 truth")
     terminalreporter.write_line(
-        "asserted: |err| <= 1 ulp + 1e-5 * condition magnitude (ratio <= 1 passes); brief's bound: "
+        "asserted: |err| <= 1 ulp + 1e-5 * condition magnitude (ratio <= 1 passes); terms bound: "
         "normwise <= 1e-5 (fp32 outputs), max(1 ulp, 1e-6 * sum|terms|) (h_in, grad_x)")
     for line in ERROR_LOG.lines():
         terminalreporter.write_line(line)

@@ -94,7 +94,7 @@ def test_production_shape_against_oracle(case):
     fwd, bwd = run_ours(inp)
     cid = f"production-N{case['N']}-D{case['D']}-T{case['T']}-{case['dtype']}"
     errs = compare_with_oracle(inp, dict(zip(FWD_NAMES + BWD_NAMES, fwd + bwd)), cid)
-    print(f"\n{cid} err/bound (x brief bound): " + ", ".join(
+    print(f"\n{cid} err/bound (x terms bound): " + ", ".join(
         f"{k}={v[0]:.2g}({v[1]:.2g})" for k, v in errs.items()))
 
 

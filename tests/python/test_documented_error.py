@@ -35,11 +35,11 @@ def test_documented_inv_rms_term_is_wrong_and_ours_is_right():
     terms_abs = sum(t.abs() for t in (t_in, t_gu, t_cv, t_post))
     ours_ratio, _ = check_output("grad_x", ours, truth, mag, "documented-error", terms_abs)
     doc_ratio = float(((documented - truth).abs() / bound).max())
-    doc_brief = float(((documented - truth).abs()
+    doc_terms = float(((documented - truth).abs()
                        / torch.maximum(ulp(truth, torch.float32), 1e-6 * terms_abs)).max())
-    print(f"\ndocumented grad_x: {doc_ratio:.3g} x our bound, {doc_brief:.3g} x the brief's; "
+    print(f"\ndocumented grad_x: {doc_ratio:.3g} x our bound, {doc_terms:.3g} x the terms bound; "
           f"ours: {ours_ratio:.3g} x our bound")
-    assert doc_ratio > 100 and doc_brief > 100, (doc_ratio, doc_brief)
+    assert doc_ratio > 100 and doc_terms > 100, (doc_ratio, doc_terms)
 
     # A float64 central difference along a random direction settles which is right.
     x64 = inp["x"].to(F64)

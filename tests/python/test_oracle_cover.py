@@ -162,7 +162,7 @@ def test_case_against_float64_oracle(case):
         fwd2, bwd2 = fwd, bwd
     also = [] if fwd2 is fwd else [(dict(zip(FWD_NAMES + BWD_NAMES, fwd2 + bwd2)), cid + "(strided)")]
     errs = compare_with_oracle(inp, dict(zip(FWD_NAMES + BWD_NAMES, fwd + bwd)), cid, also=also)
-    print(f"\n{cid} err/bound (x brief bound): " + ", ".join(
+    print(f"\n{cid} err/bound (x terms bound): " + ", ".join(
         f"{k}={v[0]:.2g}({v[1]:.2g})" for k, v in errs.items()))
     for name, a, b in zip(FWD_NAMES + BWD_NAMES, fwd + bwd, fwd2 + bwd2):
         assert_same_bits(name, a, b, f"contiguous vs strided ({case['noncontig']})")

@@ -1,11 +1,11 @@
-"""Why the suite asserts conftest.COND_TOL bounds and not the issue's.
+"""Why the suite asserts conftest.COND_TOL bounds and not the terms bound.
 
-The issue asks h_in/grad_x to be within max(1 ulp, 1e-6 * sum|terms|) of the float64
-truth. No implementation that takes SPEC's fp32 caches can promise that: the backward
+The terms bound asks h_in/grad_x to be within max(1 ulp, 1e-6 * sum|terms|) of the
+float64 truth. No implementation that takes SPEC's fp32 caches can promise that: the backward
 recovers sigma(1-sigma) from the cached fp32 h_pre/h_post, and gu = phi^T G hides
 cancellation that sum|terms| does not see. This test computes an *ideal* backward —
 SPEC §3 in float64, fed the correctly rounded fp32 caches of the exact forward — and
-shows that it already breaks the issue's grad_x bound, while staying inside ours.
+shows that it already breaks the terms bound for grad_x, while staying inside ours.
 """
 import torch
 
@@ -44,7 +44,7 @@ def ideal_grad_x_from_fp32_caches(inp):
     return grad_x.reshape(x.shape)
 
 
-def test_ideal_backward_breaks_the_issue_bound_but_not_ours():
+def test_ideal_backward_breaks_the_terms_bound_but_not_ours():
     inp = make_inputs(CASE, seed=5)
     inp["bias"][:CASE["N"]] = 8.0
     gargs = (inp["x"], inp["phi"], inp["alpha"], inp["bias"], inp["gamma"], 1e-6, 1e-6,
@@ -53,9 +53,9 @@ def test_ideal_backward_breaks_the_issue_bound_but_not_ours():
     terms_abs = sum(term.abs() for term in backward_terms64(*gargs))
     ideal = ideal_grad_x_from_fp32_caches(inp)
     err = (ideal - truth).abs()
-    issue_ratio = float((err / torch.maximum(ulp(truth, torch.float32), 1e-6 * terms_abs)).max())
+    terms_ratio = float((err / torch.maximum(ulp(truth, torch.float32), 1e-6 * terms_abs)).max())
     our_ratio = float((err / (ulp(truth, torch.float32) + COND_TOL * magnitudes64(*gargs)["grad_x"])).max())
-    print(f"\nideal backward on fp32 caches: {issue_ratio:.3g} x the issue's grad_x bound, "
+    print(f"\nideal backward on fp32 caches: {terms_ratio:.3g} x the terms bound for grad_x, "
           f"{our_ratio:.3g} x ours")
-    assert issue_ratio > 1.0, "the issue's bound would be attainable here after all"
+    assert terms_ratio > 1.0, "the terms bound would be attainable here after all"
     assert our_ratio <= 1.0
