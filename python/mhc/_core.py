@@ -47,10 +47,7 @@ def set_isa(name=None):
         raise ValueError(f"name: unknown kernel family {name!r}")
     if _lib.lib.mhc_set_isa(None if name is None else name.encode()) == _lib.OK:
         return
-    message = _lib.last_error()[0] or "unknown kernel family"
-    if name and name not in message:
-        message = f"{name!r}: {message}"
-    raise ValueError(message)
+    raise ValueError(_lib.last_error()[0])  # names the family and lists the available ones
 
 
 def isa():

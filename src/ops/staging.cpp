@@ -46,9 +46,11 @@ void Staging::add(core::Strided* tensor, bool output) {
   bytes_ += (size + 63) / 64 * 64;
 }
 
-void Staging::gather(void* base, int threads) {
+void Staging::gather(void* workspace, size_t plan_bytes, int threads) {
+  if (bytes_ == 0) return;  // nothing staged, or only empty tensors
+  char* base = static_cast<char*>(workspace) + copies_offset(plan_bytes);
   for (Entry& e : entries_) {
-    *e.tensor = contiguous(e.original, static_cast<char*>(base) + e.offset);
+    *e.tensor = contiguous(e.original, base + e.offset);
     if (!e.output) copy(e.original, *e.tensor, threads);
   }
 }

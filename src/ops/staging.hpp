@@ -17,15 +17,20 @@ class Staging {
  public:
   // Registers a tensor of the problem (absent or unit-stride ones are skipped).
   void add(core::Strided* tensor, bool output);
-  // Bytes of workspace the staged copies need (64-byte aligned each).
-  size_t bytes() const { return bytes_; }
-  // Points each registered tensor at its copy in `base` (bytes() bytes, 64-byte
-  // aligned) and gathers the inputs, on `threads` threads.
-  void gather(void* base, int threads);
+  // The workspace of a call whose plan needs plan_bytes: the plan's region, then
+  // the staged copies (64-byte aligned each).
+  size_t workspace_bytes(size_t plan_bytes) const {
+    return bytes_ > 0 ? copies_offset(plan_bytes) + bytes_ : plan_bytes;
+  }
+  // Points each registered tensor at its copy in `workspace` (past the plan's
+  // plan_bytes) and gathers the inputs, on `threads` threads.
+  void gather(void* workspace, size_t plan_bytes, int threads);
   // Writes the staged outputs to where they belong.
   void scatter(int threads) const;
 
  private:
+  static size_t copies_offset(size_t plan_bytes) { return (plan_bytes + 63) / 64 * 64; }
+
   struct Entry {
     core::Strided* tensor;
     core::Strided original;

@@ -37,8 +37,6 @@ Staging staging_of(core::BackwardProblem* p) {
   return staging;
 }
 
-size_t plan_bytes(const Plan& plan) { return (plan.workspace_bytes + 63) / 64 * 64; }
-
 void run_phases(const kernels::PreBackwardKernels& kernels, const core::BackwardProblem& problem, const Plan& plan,
                 const Workspace& w) {
   const core::Dims& d = problem.dims;
@@ -90,8 +88,7 @@ void run_phases(const kernels::PreBackwardKernels& kernels, const core::Backward
 size_t workspace_bytes(const core::BackwardProblem& problem, int num_threads) {
   core::BackwardProblem staged = problem;
   const Plan plan = make_plan(kernels_of(problem), problem, resolve_threads(num_threads));
-  const size_t staging = staging_of(&staged).bytes();
-  return staging > 0 ? plan_bytes(plan) + staging : plan.workspace_bytes;
+  return staging_of(&staged).workspace_bytes(plan.workspace_bytes);
 }
 
 Status run(const core::BackwardProblem& original, void* workspace, size_t workspace_bytes, int num_threads) {
@@ -100,9 +97,9 @@ Status run(const core::BackwardProblem& original, void* workspace, size_t worksp
   const Plan plan = make_plan(kernels, original, threads);
   core::BackwardProblem problem = original;
   Staging staging = staging_of(&problem);
-  const size_t needed = staging.bytes() > 0 ? plan_bytes(plan) + staging.bytes() : plan.workspace_bytes;
-  if (Status s = workspace_error(needed, workspace_bytes, workspace); !s.ok()) return s;
-  if (staging.bytes() > 0) staging.gather(static_cast<char*>(workspace) + plan_bytes(plan), threads);
+  if (Status s = workspace_error(staging.workspace_bytes(plan.workspace_bytes), workspace_bytes, workspace); !s.ok())
+    return s;
+  staging.gather(workspace, plan.workspace_bytes, threads);
   if (kernels.serial) kernels.serial(problem);
   else run_phases(kernels, problem, plan, lay_out(plan, problem.dims, workspace));
   staging.scatter(threads);

@@ -19,9 +19,10 @@ const kernels::PreForwardKernels& kernels_of(const core::ForwardProblem& problem
 }
 
 // The operands the kernels read or write row by row: staged when their rows are
-// not unit-stride (staging.hpp).
+// not unit-stride (staging.hpp). None for an empty batch, of which nothing is read.
 Staging staging_of(core::ForwardProblem* p) {
   Staging staging;
+  if (p->dims.T == 0) return staging;
   staging.add(&p->x, false);
   staging.add(&p->gamma, false);
   staging.add(&p->phi, false);
@@ -29,15 +30,12 @@ Staging staging_of(core::ForwardProblem* p) {
   return staging;
 }
 
-size_t plan_bytes(const Plan& plan) { return (plan.workspace_bytes + 63) / 64 * 64; }
-
 }  // namespace
 
 size_t workspace_bytes(const core::ForwardProblem& problem, int num_threads) {
   core::ForwardProblem staged = problem;
   const Plan plan = make_plan(kernels_of(problem), problem, resolve_threads(num_threads));
-  const size_t staging = problem.dims.T > 0 ? staging_of(&staged).bytes() : 0;
-  return staging > 0 ? plan_bytes(plan) + staging : plan.workspace_bytes;
+  return staging_of(&staged).workspace_bytes(plan.workspace_bytes);
 }
 
 Status run(const core::ForwardProblem& original, void* workspace, size_t workspace_bytes, int num_threads) {
@@ -46,12 +44,11 @@ Status run(const core::ForwardProblem& original, void* workspace, size_t workspa
   const Plan plan = make_plan(kernels, original, threads);
   core::ForwardProblem problem = original;
   Staging staging = staging_of(&problem);
-  const size_t needed = original.dims.T > 0 && staging.bytes() > 0 ? plan_bytes(plan) + staging.bytes()
-                                                                     : plan.workspace_bytes;
-  if (Status s = workspace_error(needed, workspace_bytes, workspace); !s.ok()) return s;
+  if (Status s = workspace_error(staging.workspace_bytes(plan.workspace_bytes), workspace_bytes, workspace); !s.ok())
+    return s;
   const int64_t T = problem.dims.T;
   if (T == 0) return {};
-  if (staging.bytes() > 0) staging.gather(static_cast<char*>(workspace) + plan_bytes(plan), threads);
+  staging.gather(workspace, plan.workspace_bytes, threads);
   const Workspace w = lay_out(plan, workspace);
   if (plan.prepare_parts > 0)
     runtime::parallel_for(plan.prepare_parts, plan.prepare_parts, [&](int64_t part, int) {
