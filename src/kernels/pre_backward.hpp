@@ -1,11 +1,11 @@
 // What a kernel family gives the MhcPreBackward driver (ops/pre_backward): the
-// phases of one chunk of tokens, over the typed buffers the driver's plan lays out.
+// phases of one chunk of tokens, over the call's operands (pointers, strides,
+// counts) and the typed buffers the driver's plan lays out.
 // Kernels allocate nothing, start no threads and read no environment.
 #pragma once
 
 #include <cstdint>
 
-#include "core/problem.hpp"
 #include "kernels/pre_forward.hpp"  // align16, ceil_div
 
 namespace mhc::kernels {
@@ -38,12 +38,36 @@ struct BackwardBuffers {
   float* gamma_total[kLanes] = {};  // [K]    running sums of v * gu
 };
 
-// One backward call of a phase: the problem, the buffers, the chunk's lane, the worker's scratch.
+// MhcPreBackward's operands (SPEC §3). Rows in x's dtype are unit-stride, their
+// tokens at uniform strides; the fp32 vectors are contiguous.
+struct BackwardOperands {
+  PreShape shape;
+  double hc_eps = 0.0;  // as given: the fp32 families round it, the reference does not
+  StreamRows<const void> x;            // [T][N][D]
+  Matrix<const float> phi;             // [F][K]
+  Matrix<const float> gamma;           // [N][D], or absent
+  const float* alpha = nullptr;        // [2 or 3]
+  StreamRows<const void> grad_h_in;    // [T][D]
+  TokenRows<const float> grad_h_post;  // [T][N]
+  TokenRows<const float> grad_h_res;   // [T][R], absent with a two-entry alpha
+  TokenRows<const float> inv_rms;      // [T][1]
+  TokenRows<const float> h_mix;        // [T][F]
+  TokenRows<const float> h_pre;        // [T][N]
+  TokenRows<const float> h_post;       // [T][N]
+  StreamRows<const void> grad_x_post;  // [T][N][D], or absent (0)
+  StreamRows<void> grad_x;             // [T][N][D]
+  Matrix<float> grad_phi;              // [F][K]
+  Matrix<float> grad_gamma;            // [N][D], or absent
+  float* grad_alpha = nullptr;         // [2 or 3]
+  float* grad_bias = nullptr;          // [F]
+};
+
+// One backward call of a phase: the operands, the buffers, the chunk's lane, the worker's scratch.
 struct BackwardStep {
-  const core::BackwardProblem* problem;
+  const BackwardOperands* operands;
   const BackwardBuffers* buffers;
   int lane;
-  float* scratch;  // scratch_floats(dims) floats, the worker's own
+  float* scratch;  // scratch_floats(shape) floats, the worker's own
   float* chunk() const { return buffers->chunk[lane]; }
   float* phi_total() const { return buffers->phi_total[lane]; }
   float* gamma_total() const { return buffers->gamma_total[lane]; }
@@ -51,8 +75,8 @@ struct BackwardStep {
 
 struct PreBackwardKernels {
   // Scratch floats one worker needs; floats of a lane's shared chunk buffers.
-  int64_t (*scratch_floats)(const core::Dims&) = nullptr;
-  int64_t (*chunk_floats)(const core::BackwardProblem&) = nullptr;
+  int64_t (*scratch_floats)(const PreShape&) = nullptr;
+  int64_t (*chunk_floats)(const PreShape&) = nullptr;
   // Phase 1: per-token G, c, gz and grad_alpha terms of tokens [t0, t1) of the
   // chunk starting at chunk0.
   void (*token_stats)(const BackwardStep&, int64_t chunk0, int64_t t0, int64_t t1) = nullptr;
@@ -68,7 +92,7 @@ struct PreBackwardKernels {
   // Instead of the phases: the whole operator on one thread, with memory of its
   // own (the float64 reference, whose sums over all tokens in float64 and token
   // order chunks of fp32 totals would change). nullptr for the phased families.
-  void (*serial)(const core::BackwardProblem&) = nullptr;
+  void (*serial)(const BackwardOperands&) = nullptr;
 };
 
 // The scalar forms every fp32 family shares: grad_phi and grad_gamma of a column

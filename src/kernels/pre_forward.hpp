@@ -1,11 +1,12 @@
 // What a kernel family gives the MhcPre driver (ops/pre_forward): functions over
-// a validated problem and the typed buffers the driver's plan lays out. Kernels
-// allocate nothing, start no threads and read no environment.
+// the call's operands (pointers, strides, counts) and the typed buffers the
+// driver's plan lays out. Kernels allocate nothing, start no threads and read no
+// environment.
 #pragma once
 
 #include <cstdint>
 
-#include "core/problem.hpp"
+#include "kernels/operands.hpp"
 
 namespace mhc::kernels {
 
@@ -32,26 +33,57 @@ struct ForwardPrepared {
   }
 };
 
-// One forward work item: the problem, the worker's scratch, the prepared operands.
+// MhcPre's operands (SPEC §2). Rows of x and h_in are unit-stride, their tokens
+// at uniform strides; the fp32 vectors are contiguous.
+struct ForwardOperands {
+  PreShape shape;
+  double norm_eps = 0.0, hc_eps = 0.0;  // as given: the fp32 families round them, the reference does not
+  StreamRows<const void> x;    // [T][N][D]
+  Matrix<const float> phi;     // [F][K]
+  Matrix<const float> gamma;   // [N][D], or absent
+  const float* alpha = nullptr;  // [2 or 3]
+  const float* bias = nullptr;   // [F]
+  StreamRows<void> h_in;       // [T][D]
+  TokenRows<float> h_post;     // [T][N]
+  TokenRows<float> h_res;      // [T][R], absent with a two-entry alpha
+  TokenRows<float> inv_rms;    // [T][1] } all three
+  TokenRows<float> h_mix;      // [T][F] } or
+  TokenRows<float> h_pre;      // [T][N] } none
+};
+
+// The forward after m = phi.u, for tokens [t0, t1): per token sum(v^2) from 16
+// lanes folded in a fixed order, the per-token outputs, and h_in. Token t's m at
+// m + (t - t0) * m_stride, its 16 lanes of sum(v^2) at sq_lanes + (t - t0) * 16;
+// h_pre: N floats of scratch.
+using FinishTokens = void (*)(const ForwardOperands& o, int64_t t0, int64_t t1, const float* m,
+                              int64_t m_stride, const float* sq_lanes, float* h_pre);
+
+// One forward work item: the operands, the worker's scratch, the prepared operands.
 struct ForwardItem {
-  const core::ForwardProblem* problem;
-  float* scratch;  // scratch_floats(dims) floats, the worker's own
+  const ForwardOperands* operands;
+  float* scratch;  // scratch_floats(shape) floats, the worker's own
   const ForwardPrepared* prepared;
+  FinishTokens finish = nullptr;  // the base table's finish_tokens, for tables that have a base
 };
 
 struct PreForwardKernels {
   // Scratch floats one worker needs.
-  int64_t (*scratch_floats)(const core::Dims&) = nullptr;
+  int64_t (*scratch_floats)(const PreShape&) = nullptr;
   // Every per-token output of tokens [t0, t1).
   void (*tokens)(const ForwardItem&, int64_t t0, int64_t t1) = nullptr;
   // Most tokens per item (the driver cuts short calls finer), from dims and dtypes
   // only, never from T alone (batch invariance). nullptr: kTokensPerItem.
-  int64_t (*item_tokens)(const core::ForwardProblem&) = nullptr;
+  int64_t (*item_tokens)(const PreShape&) = nullptr;
   // Bytes of operands prepared once per call (0: none), and part `part` of `parts`
   // of their preparation (the parts run in parallel); returns whether that part's
   // operands were finite.
-  int64_t (*prepared_bytes)(const core::ForwardProblem&) = nullptr;
-  bool (*prepare)(const core::ForwardProblem&, void* prepared, int64_t part, int64_t parts) = nullptr;
+  int64_t (*prepared_bytes)(const PreShape&) = nullptr;
+  bool (*prepare)(const ForwardOperands&, void* prepared, int64_t part, int64_t parts) = nullptr;
+  // Whether the table serves this call (nullptr: every call); the calls it does
+  // not serve run on its registry entry's base table, which also finishes its items.
+  bool (*applies)(const PreShape&) = nullptr;
+  // The forward after m = phi.u (FinishTokens), offered to tables built on this one.
+  FinishTokens finish_tokens = nullptr;
   // All tokens as one item on the calling thread (the float64 reference, which
   // allocates its own memory: only the caller's exceptions reach the face).
   bool serial = false;

@@ -21,7 +21,8 @@ std::span<const Implementation> build() {
                    "on tiles for bf16 and fp16 x, everything else the avx512 kernels",
      .available = amx::tiles_usable,
      .pre_forward = &amx::kPreForward,
-     .pre_backward = simd::pre_backward(Isa::avx512)},
+     .pre_backward = simd::pre_backward(Isa::avx512),
+     .pre_forward_base = simd::pre_forward(Isa::avx512)},
 #endif
 #if defined(MHC_WITH_SIMD)
     {.isa = Isa::avx512,

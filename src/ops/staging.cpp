@@ -39,8 +39,8 @@ void copy(const core::Strided& from, const core::Strided& to, int threads) {
 
 }  // namespace
 
-void Staging::add(core::Strided* tensor, bool output) {
-  if (!tensor->present() || tensor->stride[3] == 1 || tensor->shape[3] <= 1) return;
+void Staging::add(core::Strided* tensor, View view, bool output) {
+  if (!tensor->present() || fits(*tensor, view)) return;
   entries_.push_back({tensor, *tensor, output, bytes_});
   const size_t size = size_t(elements(*tensor)) * size_t(core::element_size(tensor->dtype));
   bytes_ += (size + 63) / 64 * 64;

@@ -1,8 +1,8 @@
-// Operands whose innermost dimension is not unit-stride are gathered once per
-// call into contiguous copies in the workspace, and such outputs are computed
-// into contiguous buffers and scattered afterwards, so that the kernels see
-// unit-stride rows only. Values move as raw elements: the bits are those of a
-// contiguous call.
+// Operands that do not fit the kernels' view of them (kernel_views.hpp: rows
+// not unit-stride, tokens not at a uniform stride) are gathered once per call
+// into contiguous copies in the workspace, and such outputs are computed into
+// contiguous buffers and scattered afterwards. Values move as raw elements: the
+// bits are those of a contiguous call.
 #pragma once
 
 #include <cstddef>
@@ -10,13 +10,14 @@
 #include <vector>
 
 #include "core/problem.hpp"
+#include "ops/kernel_views.hpp"
 
 namespace mhc::ops {
 
 class Staging {
  public:
-  // Registers a tensor of the problem (absent or unit-stride ones are skipped).
-  void add(core::Strided* tensor, bool output);
+  // Registers a tensor of the problem (absent ones, and those that fit `view`, are skipped).
+  void add(core::Strided* tensor, View view, bool output);
   // The workspace of a call whose plan needs plan_bytes: the plan's region, then
   // the staged copies (64-byte aligned each).
   size_t workspace_bytes(size_t plan_bytes) const {

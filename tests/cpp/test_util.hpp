@@ -270,11 +270,10 @@ struct Config {
   int64_t K() const { return N * D; }
   int64_t R() const { return residual_count(form, N); }
   int64_t F() const { return 2 * N + R(); }
-  mhc::core::Dims dims() const {
-    mhc::core::Dims d;
-    d.B = B; d.S = S; d.T = T(); d.N = N; d.D = D; d.K = K(); d.R = R(); d.F = F();
+  mhc::kernels::PreShape dims() const {
+    mhc::kernels::PreShape d;
+    d.T = T(); d.N = N; d.D = D; d.K = K(); d.R = R(); d.F = F();
     d.two_entry_alpha = form == FForm::two_entry;
-    d.bsnd = bsnd;
     return d;
   }
   // A per-token shape in x's layout: [B,S,inner...] or [T,inner...].

@@ -1,5 +1,6 @@
-// The AMX family: the SIMD family (AVX-512) with the forward's GEMM on AMX-BF16
-// tiles when x is bf16 or fp16. Everything else is the SIMD family's.
+// The AMX family: the forward's GEMM on AMX-BF16 tiles when x is bf16 or fp16.
+// The registry builds it on the avx512 tables: they run what it does not apply
+// to, and finish its items (ForwardItem::finish).
 #pragma once
 
 #include <cstdint>
@@ -18,15 +19,16 @@ namespace mhc::kernels::amx {
 inline constexpr int64_t kItemTokens = 256;
 inline constexpr int64_t kItemXBytes = int64_t(8) << 20;
 
-// Whether the forward of this problem runs on tiles, from dtypes and dims only:
+// Whether the forward of a call of this shape runs on tiles (the registry entry's
+// applies hook; other calls run on the avx512 tables), from dtypes and dims only:
 // bf16 x with F <= 96, fp16 x with F <= 80 (the C tiles of 16 tokens, the A
 // tiles of x's parts and a B tile fit the eight tiles).
-bool forward_uses_tiles(const core::ForwardProblem& p);
+bool forward_uses_tiles(const PreShape& d);
 
-int64_t forward_item_tokens(const core::ForwardProblem& p);
-int64_t forward_prepared_bytes(const core::ForwardProblem& p);
-int64_t forward_scratch_floats(const core::Dims& d);
-bool forward_prepare(const core::ForwardProblem& p, void* prepared, int64_t part, int64_t parts);
+int64_t forward_item_tokens(const PreShape& d);
+int64_t forward_prepared_bytes(const PreShape& d);
+int64_t forward_scratch_floats(const PreShape& d);
+bool forward_prepare(const ForwardOperands& o, void* prepared, int64_t part, int64_t parts);
 void forward_tokens(const ForwardItem& item, int64_t t0, int64_t t1);
 
 }  // namespace mhc::kernels::amx

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "core/problem.hpp"
+#include "kernels/operands.hpp"
 
 namespace mhc::kernels::amx {
 
@@ -30,11 +30,11 @@ struct Geometry {
   int64_t step_dwords() const { return kParts * f_tiles * tile_dwords(); }
 };
 
-inline Geometry geometry(const core::Dims& d, DType x_dtype) {
+inline Geometry geometry(const PreShape& d) {
   Geometry g;
   g.f_tiles = int((d.F + 15) / 16);
   g.width = int((d.F + g.f_tiles - 1) / g.f_tiles);
-  g.x_parts = x_dtype == DType::fp16 ? 2 : 1;
+  g.x_parts = d.x_dtype == DType::fp16 ? 2 : 1;
   g.token_tiles = g.f_tiles <= 2 && g.x_parts == 1 ? 2 : 1;
   g.steps = (d.K + kStep - 1) / kStep;
   return g;

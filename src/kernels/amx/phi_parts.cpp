@@ -12,17 +12,17 @@ namespace {
 // ------------------------------------------------------------------ packing phi.gamma
 
 // 32 values of phi.gamma for row f, columns [k0, k0 + 32), zero past K, one at a
-// time (split_row reads whole unit-stride runs itself).
-void load_phi_gamma(const core::ForwardProblem& p, int64_t f, int64_t k0, float* out) {
-  const core::Dims& d = p.dims;
+// time (split_row reads whole runs itself).
+void load_phi_gamma(const ForwardOperands& o, int64_t f, int64_t k0, float* out) {
+  const PreShape& d = o.shape;
   for (int i = 0; i < kStep; ++i) {
     const int64_t k = k0 + i;
     if (k >= d.K) {
       out[i] = 0.0f;
       continue;
     }
-    const float w = p.phi.load(p.phi.at(f, k));
-    out[i] = p.gamma.present() ? w * p.gamma.load(p.gamma.at(k / d.D, k % d.D)) : w;
+    const float w = o.phi.row(f)[k];
+    out[i] = o.gamma.present() ? w * o.gamma.row(k / d.D)[k % d.D] : w;
   }
 }
 
@@ -86,20 +86,17 @@ __attribute__((target("avx512f,avx512bw"))) inline __mmask16 split_pairs(__m512 
 }
 
 // Whether columns [k0, k0 + 32) of phi.gamma can be read as two vectors of each row
-// of phi and two of gamma: unit column strides, a whole step, gamma's columns in
-// one run.
-inline bool unit_step(const core::ForwardProblem& p, int64_t k0) {
-  const core::Dims& d = p.dims;
-  const int64_t j0 = k0 % d.D;
-  const bool gamma_unit =
-      !p.gamma.present() || (p.gamma.stride[3] == 1 && (j0 + kStep <= d.D || p.gamma.stride[2] == d.D));
-  return p.phi.stride[3] == 1 && k0 + kStep <= d.K && gamma_unit;
+// of phi and two of gamma: a whole step, gamma's columns in one run.
+inline bool unit_step(const ForwardOperands& o, int64_t k0) {
+  const PreShape& d = o.shape;
+  const bool gamma_run = !o.gamma.present() || k0 % d.D + kStep <= d.D || o.gamma.row_stride == d.D;
+  return k0 + kStep <= d.K && gamma_run;
 }
 
 // gamma's columns [k0, k0 + 32) of a unit step; nullptr without gamma.
-inline const float* gamma_step(const core::ForwardProblem& p, int64_t k0) {
-  if (!p.gamma.present()) return nullptr;
-  return static_cast<const float*>(p.gamma.data) + p.gamma.at(k0 / p.dims.D, k0 % p.dims.D);
+inline const float* gamma_step(const ForwardOperands& o, int64_t k0) {
+  if (!o.gamma.present()) return nullptr;
+  return o.gamma.row(k0 / o.shape.D) + k0 % o.shape.D;
 }
 
 // 32 values of phi.gamma as two vectors, from a unit step's row of phi times
@@ -110,23 +107,23 @@ __attribute__((target("avx512f"))) inline void load_unit_row(const float* row, c
   if (gamma != nullptr)
     lo = _mm512_mul_ps(lo, _mm512_loadu_ps(gamma)), hi = _mm512_mul_ps(hi, _mm512_loadu_ps(gamma + 16));
 }
-// ...or from row f of phi at any strides, value by value.
-__attribute__((target("avx512f"))) inline void load_any_row(const core::ForwardProblem& p, int64_t f, int64_t k0,
+// ...or from row f of phi, value by value.
+__attribute__((target("avx512f"))) inline void load_any_row(const ForwardOperands& o, int64_t f, int64_t k0,
                                                             __m512& lo, __m512& hi) {
   alignas(64) float values[kStep];
-  load_phi_gamma(p, f, k0, values);
+  load_phi_gamma(o, f, k0, values);
   lo = _mm512_load_ps(values), hi = _mm512_load_ps(values + 16);
 }
 
 // Row f of phi.gamma, columns [k0, k0 + 32), in three bf16 parts of 32 columns each.
 // Returns false if one of them is not finite.
-__attribute__((target("avx512f,avx512bw"))) inline bool split_row(const core::ForwardProblem& p, int64_t f,
+__attribute__((target("avx512f,avx512bw"))) inline bool split_row(const ForwardOperands& o, int64_t f,
                                                                   int64_t k0, __m512i parts[kParts]) {
   __m512 lo, hi;
-  if (unit_step(p, k0))  // the common case, inline
-    load_unit_row(static_cast<const float*>(p.phi.data) + p.phi.at(f, k0), gamma_step(p, k0), lo, hi);
+  if (unit_step(o, k0))  // the common case, inline
+    load_unit_row(o.phi.row(f) + k0, gamma_step(o, k0), lo, hi);
   else
-    load_any_row(p, f, k0, lo, hi);
+    load_any_row(o, f, k0, lo, hi);
   return split_pairs(lo, hi, parts) == 0;
 }
 
@@ -145,10 +142,10 @@ __attribute__((target("avx512f,avx512bw"))) bool split_step(const float* values,
 // kPackSteps x 128 bytes (rows are K floats apart: short runs starve the
 // prefetcher), split and paired into `pairs`, then 16 rows at a time are
 // transposed in registers into the tiles.
-__attribute__((target("avx512f,avx512bw"))) bool pack_steps(const core::ForwardProblem& p, const Geometry& g,
+__attribute__((target("avx512f,avx512bw"))) bool pack_steps(const ForwardOperands& o, const Geometry& g,
                                                             int64_t s0, int64_t s1, uint32_t* packed) {
   bool finite = true;
-  const core::Dims& d = p.dims;
+  const PreShape& d = o.shape;
   constexpr int64_t kPackSteps = 8;
   alignas(64) __m512i pairs[kPackSteps][kParts][16];  // 24 KiB
   const __mmask16 row_mask = __mmask16((1u << g.width) - 1);
@@ -164,7 +161,7 @@ __attribute__((target("avx512f,avx512bw"))) bool pack_steps(const core::ForwardP
             continue;
           }
           __m512i parts[kParts];
-          finite = split_row(p, f, (b0 + i) * kStep, parts) && finite;
+          finite = split_row(o, f, (b0 + i) * kStep, parts) && finite;
           for (int part = 0; part < kParts; ++part) pairs[i][part][c] = parts[part];
         }
       }
@@ -183,18 +180,18 @@ __attribute__((target("avx512f,avx512bw"))) bool pack_steps(const core::ForwardP
 // stay as they are: zero). A decode call splits all of phi.gamma: a unit step's
 // offsets into phi and gamma are taken once for all its rows (split_row divides
 // k0 by D for each).
-__attribute__((target("avx512f,avx512bw"))) bool stage_phi_rows(const core::ForwardProblem& p, const Geometry& g,
+__attribute__((target("avx512f,avx512bw"))) bool stage_phi_rows(const ForwardOperands& o, const Geometry& g,
                                                                 int tile, int64_t s, uint16_t* a) {
   const int64_t f0 = int64_t(tile) * g.width, k0 = s * kStep;
-  const int rows = int(std::clamp<int64_t>(p.dims.F - f0, 0, g.width));
-  const bool unit = unit_step(p, k0);
-  const float* first_row = unit ? static_cast<const float*>(p.phi.data) + p.phi.at(f0, k0) : nullptr;
-  const float* gamma = unit ? gamma_step(p, k0) : nullptr;
+  const int rows = int(std::clamp<int64_t>(o.shape.F - f0, 0, g.width));
+  const bool unit = unit_step(o, k0);
+  const float* first_row = unit ? o.phi.row(f0) + k0 : nullptr;
+  const float* gamma = unit ? gamma_step(o, k0) : nullptr;
   __mmask16 nonfinite = 0;
   for (int r = 0; r < rows; ++r) {
     __m512 lo, hi;
-    if (unit) load_unit_row(first_row + r * p.phi.stride[2], gamma, lo, hi);
-    else load_any_row(p, f0 + r, k0, lo, hi);
+    if (unit) load_unit_row(first_row + r * o.phi.row_stride, gamma, lo, hi);
+    else load_any_row(o, f0 + r, k0, lo, hi);
     __m512i parts[kParts];
     nonfinite |= split_pairs(lo, hi, parts);
     for (int part = 0; part < kParts; ++part) _mm512_storeu_si512(a + (part * 16 + r) * kStep, parts[part]);

@@ -9,14 +9,14 @@
 
 #include <cstdint>
 
-#include "core/problem.hpp"
 #include "kernels/amx/geometry.hpp"
+#include "kernels/pre_forward.hpp"
 
 namespace mhc::kernels::amx {
 
 // Packs k steps [s0, s1): per step, part and C tile, 16 rows (pairs of columns)
 // x width columns (rows of phi) of bf16 pairs. False if phi.gamma there is not finite.
-bool pack_steps(const core::ForwardProblem& p, const Geometry& g, int64_t s0, int64_t s1, uint32_t* packed);
+bool pack_steps(const ForwardOperands& o, const Geometry& g, int64_t s0, int64_t s1, uint32_t* packed);
 
 // 32 fp32 values split exactly into three bf16 parts: part p's 32 words at
 // parts + 32 p, word i the part of values[i]. False if one of them is not finite.
@@ -24,6 +24,6 @@ bool split_step(const float* values, uint16_t* parts);
 
 // The rows of C tile `tile` at step s as A tile rows: a + (part * 16 + r) * 32
 // (rows past F left as they are). False if one of them is not finite.
-bool stage_phi_rows(const core::ForwardProblem& p, const Geometry& g, int tile, int64_t s, uint16_t* a);
+bool stage_phi_rows(const ForwardOperands& o, const Geometry& g, int tile, int64_t s, uint16_t* a);
 
 }  // namespace mhc::kernels::amx

@@ -16,7 +16,8 @@
 // roles. Each element of m is the same sequence of exact products and fp32
 // additions either way (step by step; parts of phi hi, mid, lo; within each,
 // parts of x hi, lo), and depends on its token's x and phi only: batch invariance.
-// Then the SIMD family's finish: the per-token outputs and h_in.
+// Then the finish of the family the registry builds this one on (ForwardItem::finish):
+// the per-token outputs and h_in.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -30,7 +31,6 @@
 #include "kernels/amx/tiles.hpp"
 #include "kernels/amx/x_rows.hpp"
 #include "kernels/common/token_math.hpp"
-#include "kernels/simd/simd.hpp"
 
 namespace mhc::kernels::amx {
 namespace {
@@ -173,15 +173,15 @@ void gemm(const Geometry& g, const XSource& x, const uint32_t* packed, int64_t t
 // Inf, and phi*gamma folded may overflow or underflow where SPEC's order does
 // not. (The token's outputs are Inf or NaN either way; this keeps which.) A
 // token's own data, or phi's, decides, so batch invariance holds.
-void token_m_scalar(const core::ForwardProblem& p, int64_t t, float* m) {
-  const core::Dims& d = p.dims;
+void token_m_scalar(const ForwardOperands& o, int64_t t, float* m) {
+  const PreShape& d = o.shape;
   for (int64_t f = 0; f < d.F; ++f) {
     float sum = 0.0f;
     for (int64_t k = 0; k < d.K; ++k) {
       const int64_t n = k / d.D, j = k % d.D;
-      float u = p.x.load(p.x.at(t, n, j));
-      if (p.gamma.present()) u *= p.gamma.load(p.gamma.at(n, j));
-      sum += p.phi.load(p.phi.at(f, k)) * u;
+      float u = core::load_element(o.x.data, d.x_dtype, o.x.at(t, n) + j);
+      if (o.gamma.present()) u *= o.gamma.row(n)[j];
+      sum += o.phi.row(f)[k] * u;
     }
     m[f] = sum;
   }
@@ -216,7 +216,7 @@ void row_pairs(const void* row, uint32_t pairs[16]) { std::memcpy(pairs, row, 64
 // the rows of phi.gamma in parts for C tiles [tile0, tile0 + tiles). Staged a step
 // ahead of the products that read them, so the tile loads do not wait for these
 // stores to reach L1. False if phi.gamma there is not finite.
-bool stage_step(const core::ForwardProblem& p, const Geometry& g, const XSource& x, int64_t t0, int64_t n, int tile0,
+bool stage_step(const ForwardOperands& o, const Geometry& g, const XSource& x, int64_t t0, int64_t n, int tile0,
                 int tiles, int64_t s, FewStaging& st, int buf) {
   for (int64_t c = 0; c < n; ++c) {
     const auto [row, stride] = x.source(t0 + c, 1, s, st.row);
@@ -236,18 +236,18 @@ bool stage_step(const core::ForwardProblem& p, const Geometry& g, const XSource&
     }
   }
   bool finite = true;
-  for (int i = 0; i < tiles; ++i) finite = stage_phi_rows(p, g, tile0 + i, s, st.a_tile(buf, i, 0)) && finite;
+  for (int i = 0; i < tiles; ++i) finite = stage_phi_rows(o, g, tile0 + i, s, st.a_tile(buf, i, 0)) && finite;
   return finite;
 }
 
 // m of tokens [t0, t0 + n) for C tiles [tile0, tile0 + NC) into m (rows of
 // m_stride). Tiles: C 0..NC-1, A 7 - XP, B (one per part of x) 8 - XP...7.
 template <int NC, int XP>
-bool few_tokens_gemm(const core::ForwardProblem& p, const Geometry& g, const XSource& x, int64_t t0, int64_t n,
+bool few_tokens_gemm(const ForwardOperands& o, const Geometry& g, const XSource& x, int64_t t0, int64_t n,
                      int tile0, float* m, FewStaging& st) {
   constexpr int kA = 7 - XP, kB = 8 - XP;
   static_assert(NC <= kA, "C tiles below A and B");
-  const core::Dims& d = p.dims;
+  const PreShape& d = o.shape;
   TileConfig config;
   for (int i = 0; i < NC; ++i) config.rows[i] = 16, config.bytes_per_row[i] = uint16_t(4 * n);
   config.rows[kA] = 16, config.bytes_per_row[kA] = 64;
@@ -255,9 +255,9 @@ bool few_tokens_gemm(const core::ForwardProblem& p, const Geometry& g, const XSo
   load_config(config);
   unroll(std::make_integer_sequence<int, NC>{}, [&](auto i) { tile_zero<decltype(i)::value>(); });
   std::memset(st.a, 0, sizeof st.a);  // rows past F stay zero
-  bool phi_finite = stage_step(p, g, x, t0, n, tile0, NC, 0, st, 0);
+  bool phi_finite = stage_step(o, g, x, t0, n, tile0, NC, 0, st, 0);
   for (int64_t s = 0; s < g.steps; ++s) {
-    if (s + 1 < g.steps) phi_finite = stage_step(p, g, x, t0, n, tile0, NC, s + 1, st, int((s + 1) & 1)) && phi_finite;
+    if (s + 1 < g.steps) phi_finite = stage_step(o, g, x, t0, n, tile0, NC, s + 1, st, int((s + 1) & 1)) && phi_finite;
     const int buf = int(s & 1);
     unroll(std::make_integer_sequence<int, XP>{}, [&](auto q) {
       tile_load<kB + decltype(q)::value>(st.b_tile(buf, decltype(q)::value), 4 * n);
@@ -282,18 +282,18 @@ bool few_tokens_gemm(const core::ForwardProblem& p, const Geometry& g, const XSo
 }
 
 // Returns whether phi.gamma was finite in those tiles.
-bool few_tokens(const core::ForwardProblem& p, const Geometry& g, const XSource& x, int64_t t0, int64_t n,
+bool few_tokens(const ForwardOperands& o, const Geometry& g, const XSource& x, int64_t t0, int64_t n,
                 int tile0, int tiles, float* m, FewStaging& st) {
   // forward_uses_tiles admits at most 6 C tiles (bf16 x) or 5 (fp16 x, one B tile more).
   auto run = [&]<int XP>() {
     switch (tiles) {
-      case 1: return few_tokens_gemm<1, XP>(p, g, x, t0, n, tile0, m, st);
-      case 2: return few_tokens_gemm<2, XP>(p, g, x, t0, n, tile0, m, st);
-      case 3: return few_tokens_gemm<3, XP>(p, g, x, t0, n, tile0, m, st);
-      case 4: return few_tokens_gemm<4, XP>(p, g, x, t0, n, tile0, m, st);
-      case 5: return few_tokens_gemm<5, XP>(p, g, x, t0, n, tile0, m, st);
+      case 1: return few_tokens_gemm<1, XP>(o, g, x, t0, n, tile0, m, st);
+      case 2: return few_tokens_gemm<2, XP>(o, g, x, t0, n, tile0, m, st);
+      case 3: return few_tokens_gemm<3, XP>(o, g, x, t0, n, tile0, m, st);
+      case 4: return few_tokens_gemm<4, XP>(o, g, x, t0, n, tile0, m, st);
+      case 5: return few_tokens_gemm<5, XP>(o, g, x, t0, n, tile0, m, st);
       default:
-        if constexpr (XP == 1) return few_tokens_gemm<6, 1>(p, g, x, t0, n, tile0, m, st);
+        if constexpr (XP == 1) return few_tokens_gemm<6, 1>(o, g, x, t0, n, tile0, m, st);
         return false;
     }
   };
@@ -335,67 +335,63 @@ ItemScratch lay_out(float* base) {
 // The once-per-call operands: packed phi.gamma (more than kFewTokens tokens) or
 // the few tokens' m (computed by the preparation's parts, a share of the C tiles
 // each).
-int64_t prepared_floats(const core::ForwardProblem& p) {
-  const Geometry g = geometry(p.dims, p.x.dtype);
-  return p.dims.T <= kFewTokens ? align16(kFewTokens * g.m_stride()) : align16(g.steps * g.step_dwords());
+int64_t prepared_floats(const PreShape& d) {
+  const Geometry g = geometry(d);
+  return d.T <= kFewTokens ? align16(kFewTokens * g.m_stride()) : align16(g.steps * g.step_dwords());
 }
 
 }  // namespace
 
 // bf16 x with F <= 96, fp16 x (two parts: one A tile more) with F <= 80.
-bool forward_uses_tiles(const core::ForwardProblem& p) {
-  if (p.dims.K == 0) return false;
-  if (p.x.dtype == DType::bf16) return p.dims.F <= 16 * kMaxFTiles;
-  return p.x.dtype == DType::fp16 && p.dims.F <= 16 * (kMaxFTiles - 1);
+bool forward_uses_tiles(const PreShape& d) {
+  if (d.K == 0) return false;
+  if (d.x_dtype == DType::bf16) return d.F <= 16 * kMaxFTiles;
+  return d.x_dtype == DType::fp16 && d.F <= 16 * (kMaxFTiles - 1);
 }
 
-int64_t forward_item_tokens(const core::ForwardProblem& p) {
-  if (!forward_uses_tiles(p)) return kTokensPerItem;
-  const int64_t item_x_bytes = kItemTokens * p.dims.K * core::element_size(p.x.dtype);
+int64_t forward_item_tokens(const PreShape& d) {
+  const int64_t item_x_bytes = kItemTokens * d.K * core::element_size(d.x_dtype);
   return item_x_bytes <= kItemXBytes ? kItemTokens : kItemTokens / 2;
 }
 
-int64_t forward_prepared_bytes(const core::ForwardProblem& p) {
-  if (!forward_uses_tiles(p) || p.dims.T == 0) return 0;
-  return prepared_floats(p) * int64_t(sizeof(float));
+int64_t forward_prepared_bytes(const PreShape& d) {
+  if (d.T == 0) return 0;
+  return prepared_floats(d) * int64_t(sizeof(float));
 }
 
-int64_t forward_scratch_floats(const core::Dims& d) {
-  const int64_t own = align16(kAccFloats) + align16(kSqFloats) + align16(kStagingFloats) +
-                      align16(kRowFloats) + align16(d.N);
-  return std::max(own, simd::pre_forward(Isa::avx512)->scratch_floats(d));
+int64_t forward_scratch_floats(const PreShape& d) {
+  return align16(kAccFloats) + align16(kSqFloats) + align16(kStagingFloats) + align16(kRowFloats) + align16(d.N);
 }
 
-bool forward_prepare(const core::ForwardProblem& p, void* prepared, int64_t part, int64_t parts) {
-  const Geometry g = geometry(p.dims, p.x.dtype);
+bool forward_prepare(const ForwardOperands& o, void* prepared, int64_t part, int64_t parts) {
+  const Geometry g = geometry(o.shape);
   bool finite = true;
-  if (p.dims.T <= kFewTokens) {  // this part's share of the C tiles, for every token
+  if (o.shape.T <= kFewTokens) {  // this part's share of the C tiles, for every token
     const int tile0 = int(g.f_tiles * part / parts), tile1 = int(g.f_tiles * (part + 1) / parts);
     if (tile1 > tile0) {
       FewStaging staging;  // 40 KiB on the worker's stack
-      XSource x{&p, false, 0, nullptr, nullptr};
-      finite = few_tokens(p, g, x, 0, p.dims.T, tile0, tile1 - tile0, static_cast<float*>(prepared), staging);
+      XSource x{&o, false, 0, nullptr, nullptr};
+      finite = few_tokens(o, g, x, 0, o.shape.T, tile0, tile1 - tile0, static_cast<float*>(prepared), staging);
     }
   } else {
-    finite = pack_steps(p, g, g.steps * part / parts, g.steps * (part + 1) / parts,
+    finite = pack_steps(o, g, g.steps * part / parts, g.steps * (part + 1) / parts,
                         static_cast<uint32_t*>(prepared));
   }
   return finite;
 }
 
 void forward_tokens(const ForwardItem& item, int64_t t0, int64_t t1) {
-  const core::ForwardProblem& p = *item.problem;
-  if (!forward_uses_tiles(p)) return simd::pre_forward(Isa::avx512)->tokens(item, t0, t1);
-  const Geometry g = geometry(p.dims, p.x.dtype);
+  const ForwardOperands& o = *item.operands;
+  const PreShape& d = o.shape;
+  const Geometry g = geometry(d);
   const ItemScratch s = lay_out(item.scratch);
   // Padding rows start at zero; later they may hold earlier groups' rows, which
   // reach only C rows past the item's tokens (a row of C depends on its row of A).
   std::memset(s.staging, 0, 4 * 16 * kStep * sizeof(uint16_t));
   std::fill_n(s.sq, (t1 - t0) * 16, 0.0f);
-  XSource x{&p, false, 0, s.staging, s.row};
-  x.direct = x_direct(p.x, p.dims, &x.token_bytes);
+  XSource x{&o, x_direct(o), 2 * o.x.token_stride, s.staging, s.row};
   float* m = s.acc;
-  if (p.dims.T <= kFewTokens) {  // m from the preparation; the squares here
+  if (d.T <= kFewTokens) {  // m from the preparation; the squares here
     m = static_cast<float*>(item.prepared->data) + t0 * g.m_stride();
     token_squares(g, x, t0, t1, s.row, s.sq);
   } else {
@@ -408,15 +404,16 @@ void forward_tokens(const ForwardItem& item, int64_t t0, int64_t t1) {
   for (int64_t t = t0; t < t1; ++t) {
     float lanes[16];
     std::copy_n(s.sq + (t - t0) * 16, 16, lanes);
-    if (all_scalar || !std::isfinite(common::fold16(lanes))) token_m_scalar(p, t, m + (t - t0) * g.m_stride());
+    if (all_scalar || !std::isfinite(common::fold16(lanes))) token_m_scalar(o, t, m + (t - t0) * g.m_stride());
   }
-  simd::finish_tokens(Isa::avx512)(p, t0, t1, m, g.m_stride(), s.sq, s.h_pre);
+  item.finish(o, t0, t1, m, g.m_stride(), s.sq, s.h_pre);
 }
 
 const PreForwardKernels kPreForward = {.scratch_floats = forward_scratch_floats,
                                        .tokens = forward_tokens,
                                        .item_tokens = forward_item_tokens,
                                        .prepared_bytes = forward_prepared_bytes,
-                                       .prepare = forward_prepare};
+                                       .prepare = forward_prepare,
+                                       .applies = forward_uses_tiles};
 
 }  // namespace mhc::kernels::amx

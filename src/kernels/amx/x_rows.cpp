@@ -11,31 +11,30 @@ std::pair<const void*, int64_t> XSource::source(int64_t t, int64_t count, int64_
                                                uint16_t* tile_staging) const {
   if (count == 16)
     if (const char* row = direct_row(t, s)) return {row, token_bytes};
-  const core::Dims& d = p->dims;
+  const PreShape& d = o->shape;
   const int64_t k0 = s * kStep;
-  const char* x = static_cast<const char*>(p->x.data);
-  const bool row_run = p->x.stride[3] == 1 && k0 + kStep <= d.K &&
-                       (k0 % d.D + kStep <= d.D || p->x.stride[2] == d.D);
-  if (row_run && count == 1) return {x + 2 * p->x.at(t, k0 / d.D, k0 % d.D), kStep * 2};
+  const char* x = static_cast<const char*>(o->x.data);
+  const bool row_run = k0 + kStep <= d.K && (k0 % d.D + kStep <= d.D || o->x.stream_stride == d.D);
+  if (row_run && count == 1) return {x + 2 * (o->x.at(t, k0 / d.D) + k0 % d.D), kStep * 2};
   for (int64_t i = 0; i < count; ++i) {
     uint16_t* row = tile_staging + i * kStep;
     if (row_run) {
-      std::memcpy(row, x + 2 * p->x.at(t + i, k0 / d.D, k0 % d.D), kStep * 2);
+      std::memcpy(row, x + 2 * (o->x.at(t + i, k0 / d.D) + k0 % d.D), kStep * 2);
       continue;
     }
     for (int64_t c = 0; c < kStep; ++c) {
       const int64_t k = k0 + c;
-      row[c] = k < d.K ? static_cast<const uint16_t*>(p->x.data)[p->x.at(t + i, k / d.D, k % d.D)] : 0;
+      row[c] = k < d.K ? static_cast<const uint16_t*>(o->x.data)[o->x.at(t + i, k / d.D) + k % d.D] : 0;
     }
   }
   return {tile_staging, kStep * 2};
 }
 
 const char* XSource::direct_row(int64_t t, int64_t s) const {
-  const core::Dims& d = p->dims;
+  const PreShape& d = o->shape;
   const int64_t k0 = s * kStep;
   if (!direct || k0 + kStep > d.K) return nullptr;
-  return static_cast<const char*>(p->x.data) + 2 * p->x.at(t, k0 / d.D, k0 % d.D);
+  return static_cast<const char*>(o->x.data) + 2 * (o->x.at(t, k0 / d.D) + k0 % d.D);
 }
 
 void XSource::stage_fp16_rows(const char* first, int64_t i0, int64_t i1, uint16_t* hi, uint16_t* lo,
@@ -52,10 +51,9 @@ void XSource::stage_fp16(int64_t t, int64_t count, int64_t s, uint16_t* hi, uint
   }
 }
 
-bool x_direct(const core::Strided& x, const core::Dims& d, int64_t* token_bytes) {
-  const bool uniform = d.B == 1 || d.S == 1 || x.stride[0] == d.S * x.stride[1];
-  *token_bytes = 2 * (d.S > 1 ? x.stride[1] : x.stride[0]);
-  return uniform && x.stride[3] == 1 && (d.D % kStep == 0 || d.N == 1 || x.stride[2] == d.D);
+bool x_direct(const ForwardOperands& o) {
+  const PreShape& d = o.shape;
+  return d.D % kStep == 0 || d.N == 1 || o.x.stream_stride == d.D;
 }
 
 // sq[i][lane] += the squares of the 32 bf16 of row i (rows at `stride` bytes):

@@ -1,22 +1,22 @@
 // Where the AMX forward's A tiles of x come from: x itself (16 token rows at a
-// fixed stride), or rows copied (the item's last tokens, the last step, layouts
-// whose rows are not unit-stride 64-byte runs); fp16 x as bf16 parts. And the
+// fixed stride), or rows copied (the item's last tokens, the last step, a step
+// that spans two streams apart in memory); fp16 x as bf16 parts. And the
 // sums of squares formed from the same rows while they are in L1.
 #pragma once
 
 #include <cstdint>
 #include <utility>
 
-#include "core/problem.hpp"
 #include "kernels/amx/geometry.hpp"
+#include "kernels/pre_forward.hpp"
 
 namespace mhc::kernels::amx {
 
 // The A tile rows of x for a kernel call; staging buffers belong to the worker.
 struct XSource {
-  const core::ForwardProblem* p;
-  bool direct;          // x's tokens at a uniform stride, each step's 32 columns contiguous
-  int64_t token_bytes;  // that stride
+  const ForwardOperands* o;
+  bool direct;          // each step's 32 columns contiguous in x
+  int64_t token_bytes;  // x's token stride
   uint16_t* staging;    // [16][32] tiles: per token tile (bf16), per step parity and part (fp16)
   uint16_t* row_staging;  // [32]: one row of x copied (fp16)
 
@@ -34,8 +34,8 @@ struct XSource {
   void stage_fp16_rows(const char* first, int64_t i0, int64_t i1, uint16_t* hi, uint16_t* lo, float* sq) const;
 };
 
-// Whether x's tokens are at a uniform stride with each step's 32 columns contiguous (and that stride).
-bool x_direct(const core::Strided& x, const core::Dims& d, int64_t* token_bytes);
+// Whether each step's 32 columns of a token are contiguous in x.
+bool x_direct(const ForwardOperands& o);
 
 // sq[i][lane] += the squares of the 32 bf16 of row i (rows at `stride` bytes).
 void accumulate_squares(const void* base, int64_t stride, int64_t rows, float* sq);

@@ -6,29 +6,29 @@
 namespace mhc::kernels::common {
 
 void finish_columns_scalar(const BackwardStep& step, const ColumnItem& item) {
-  const core::BackwardProblem& p = *step.problem;
-  const core::Dims& d = p.dims;
+  const BackwardOperands& o = *step.operands;
+  const PreShape& d = o.shape;
   const BackwardBuffers& b = *step.buffers;
   const int lanes = b.lanes;
   for (int64_t j = item.d0; j < item.d1; ++j) {
     const int64_t k = item.n * d.D + j;
-    const float gamma = p.gamma.present() ? p.gamma.load(p.gamma.at(item.n, j)) : 1.0f;
+    const float gamma = o.gamma.present() ? o.gamma.row(item.n)[j] : 1.0f;
     for (int64_t f = 0; f < d.F; ++f) {  // grad_phi = P * gamma, P = sum_t G_t v_t^T (the lanes' totals, in lane order)
       float P = b.phi_total[0][f * d.K + k];
       for (int lane = 1; lane < lanes; ++lane) P += b.phi_total[lane][f * d.K + k];
-      p.grad_phi.store(p.grad_phi.at(f, k), P * gamma);
+      o.grad_phi.row(f)[k] = P * gamma;
     }
-    if (p.grad_gamma.present()) {
+    if (o.grad_gamma.present()) {
       float total = b.gamma_total[0][k];
       for (int lane = 1; lane < lanes; ++lane) total += b.gamma_total[lane][k];
-      p.grad_gamma.store(p.grad_gamma.at(item.n, j), total);
+      o.grad_gamma.row(item.n)[j] = total;
     }
   }
 }
 
 void finish_sums_scalar(const BackwardStep& step) {
-  const core::BackwardProblem& p = *step.problem;
-  const core::Dims& d = p.dims;
+  const BackwardOperands& o = *step.operands;
+  const PreShape& d = o.shape;
   const float* gz_all = step.buffers->gz;
   const float* alpha_all = step.buffers->alpha_terms;
   // Two-level sums in token order, the same shape as the column sums.
@@ -42,9 +42,9 @@ void finish_sums_scalar(const BackwardStep& step) {
     }
     return total;
   };
-  for (int64_t f = 0; f < d.F; ++f) p.grad_bias.store(p.grad_bias.at(0, f), token_sum(gz_all + f, d.F));
+  for (int64_t f = 0; f < d.F; ++f) o.grad_bias[f] = token_sum(gz_all + f, d.F);
   const int entries = d.two_entry_alpha ? 2 : 3;
-  for (int a = 0; a < entries; ++a) p.grad_alpha.store(p.grad_alpha.at(0, a), token_sum(alpha_all + a, 3));
+  for (int a = 0; a < entries; ++a) o.grad_alpha[a] = token_sum(alpha_all + a, 3);
 }
 
 }  // namespace mhc::kernels::common

@@ -23,60 +23,59 @@ inline float fold16(float (&acc)[16]) {
 
 // Forward, token t: from sum(v^2) and m = phi.u, write h_post, h_res and the caches,
 // and leave h_pre[N] for h_in. Returns r.
-inline float forward_token_finish(const core::ForwardProblem& p, int64_t t, float sum_sq, const float* m,
+inline float forward_token_finish(const ForwardOperands& o, int64_t t, float sum_sq, const float* m,
                                   float* h_pre) {
-  const core::Dims& d = p.dims;
-  const float alpha_pre = p.alpha.load(p.alpha.at(0, 0));
-  const float alpha_post = p.alpha.load(p.alpha.at(0, 1));
-  const float alpha_res = d.two_entry_alpha ? 0.0f : p.alpha.load(p.alpha.at(0, 2));
-  const float hc_eps = float(p.hc_eps);
+  const PreShape& d = o.shape;
+  const float alpha_pre = o.alpha[0], alpha_post = o.alpha[1];
+  const float alpha_res = d.two_entry_alpha ? 0.0f : o.alpha[2];
+  const float hc_eps = float(o.hc_eps);
   const float post_eps = d.two_entry_alpha ? hc_eps : 0.0f;
-  const float r = 1.0f / std::sqrt(sum_sq / float(d.K) + float(p.norm_eps));
+  const float r = 1.0f / std::sqrt(sum_sq / float(d.K) + float(o.norm_eps));
+  float* h_post = o.h_post.at(t);
   for (int64_t n = 0; n < d.N; ++n) {
-    h_pre[n] = sigmoid(alpha_pre * (r * m[n]) + p.bias.load(p.bias.at(0, n))) + hc_eps;
-    const float z_post = alpha_post * (r * m[d.N + n]) + p.bias.load(p.bias.at(0, d.N + n));
-    p.h_post.store(p.h_post.at(t, 0, n), 2.0f * sigmoid(z_post) + post_eps);
+    h_pre[n] = sigmoid(alpha_pre * (r * m[n]) + o.bias[n]) + hc_eps;
+    const float z_post = alpha_post * (r * m[d.N + n]) + o.bias[d.N + n];
+    h_post[n] = 2.0f * sigmoid(z_post) + post_eps;
   }
-  for (int64_t i = 0; i < d.R; ++i) {
-    const float z_res = alpha_res * (r * m[2 * d.N + i]) + p.bias.load(p.bias.at(0, 2 * d.N + i));
-    p.h_res.store(p.h_res.residual_at(t, i), z_res);
+  if (d.R > 0) {
+    float* h_res = o.h_res.at(t);
+    for (int64_t i = 0; i < d.R; ++i) h_res[i] = alpha_res * (r * m[2 * d.N + i]) + o.bias[2 * d.N + i];
   }
-  if (p.h_mix.present()) {
-    p.inv_rms.store(p.inv_rms.at(t, 0, 0), r);
-    for (int64_t f = 0; f < d.F; ++f) p.h_mix.store(p.h_mix.at(t, 0, f), m[f]);
-    for (int64_t n = 0; n < d.N; ++n) p.h_pre.store(p.h_pre.at(t, 0, n), h_pre[n]);
+  if (o.h_mix.present()) {
+    *o.inv_rms.at(t) = r;
+    std::memcpy(o.h_mix.at(t), m, size_t(d.F) * sizeof(float));
+    std::memcpy(o.h_pre.at(t), h_pre, size_t(d.N) * sizeof(float));
   }
   return r;
 }
 
 // Backward, token t: from g_pre[N] (= dL/dh_pre), the token's G[F] = dL/dm,
 // gz[F] = dL/dz, c and grad_alpha terms[3].
-inline void backward_token_finish(const core::BackwardProblem& p, int64_t t, const float* g_pre, float* G, float* gz,
+inline void backward_token_finish(const BackwardOperands& o, int64_t t, const float* g_pre, float* G, float* gz,
                                   float* c, float* alpha_terms_out) {
-  const core::Dims& d = p.dims;
-  const float alpha[3] = {p.alpha.load(p.alpha.at(0, 0)), p.alpha.load(p.alpha.at(0, 1)),
-                          d.two_entry_alpha ? 0.0f : p.alpha.load(p.alpha.at(0, 2))};
-  const float hc_eps = float(p.hc_eps);
-  const float r = p.inv_rms.load(p.inv_rms.at(t, 0, 0));
+  const PreShape& d = o.shape;
+  const float alpha[3] = {o.alpha[0], o.alpha[1], d.two_entry_alpha ? 0.0f : o.alpha[2]};
+  const float hc_eps = float(o.hc_eps);
+  const float r = *o.inv_rms.at(t);
+  const float *h_pre = o.h_pre.at(t), *h_post = o.h_post.at(t), *grad_h_post = o.grad_h_post.at(t);
+  const float* h_mix = o.h_mix.at(t);
 
   for (int64_t n = 0; n < d.N; ++n) {
-    const float s = p.h_pre.load(p.h_pre.at(t, 0, n)) - hc_eps;  // sigma(z_pre)
+    const float s = h_pre[n] - hc_eps;  // sigma(z_pre)
     gz[n] = g_pre[n] * s * (1.0f - s);
-    const float h_post = p.h_post.load(p.h_post.at(t, 0, n));
-    const float grad_post = p.grad_h_post.load(p.grad_h_post.at(t, 0, n));
     if (d.two_entry_alpha) {  // h_post = 2 sigma + hc_eps
-      const float sg = (h_post - hc_eps) * 0.5f;
-      gz[d.N + n] = grad_post * (2.0f * sg * (1.0f - sg));
+      const float sg = (h_post[n] - hc_eps) * 0.5f;
+      gz[d.N + n] = grad_h_post[n] * (2.0f * sg * (1.0f - sg));
     } else {  // h_post = 2 sigma
-      gz[d.N + n] = grad_post * h_post * (1.0f - h_post * 0.5f);
+      gz[d.N + n] = grad_h_post[n] * h_post[n] * (1.0f - h_post[n] * 0.5f);
     }
   }
-  for (int64_t i = 0; i < d.R; ++i) gz[2 * d.N + i] = p.grad_h_res.load(p.grad_h_res.residual_at(t, i));
+  if (d.R > 0) std::memcpy(gz + 2 * d.N, o.grad_h_res.at(t), size_t(d.R) * sizeof(float));
 
   float g_r_lanes[16] = {}, alpha_terms[3] = {};
   for (int64_t f = 0; f < d.F; ++f) {
     const int branch = f < d.N ? 0 : f < 2 * d.N ? 1 : 2;
-    const float m = p.h_mix.load(p.h_mix.at(t, 0, f));
+    const float m = h_mix[f];
     const float gw = alpha[branch] * gz[f];  // dL/dw
     G[f] = r * gw;                           // dL/dm
     g_r_lanes[f % 16] += gw * m;

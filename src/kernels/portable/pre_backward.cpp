@@ -13,31 +13,32 @@ namespace mhc::kernels::portable {
 
 namespace {
 
-int64_t backward_scratch_floats(const core::Dims& d) {
+int64_t backward_scratch_floats(const PreShape& d) {
   const int64_t token_stats = align16(d.K) + align16(d.D) + align16(d.N);  // v, grad_h_in, g_pre
   const int64_t columns = (d.F + 1) * kColumnsPerItem;                     // chunk sums
   return std::max(token_stats, columns);
 }
 
 void backward_token_stats(const BackwardStep& step, int64_t, int64_t t0, int64_t t1) {
-  const core::BackwardProblem& p = *step.problem;
-  const core::Dims& d = p.dims;
+  const BackwardOperands& o = *step.operands;
+  const PreShape& d = o.shape;
   float* v = step.scratch;                   // [K] token as fp32
   float* grad_h_in = v + align16(d.K);       // [D]
   float* g_pre = grad_h_in + align16(d.D);   // [N] dL/dh_pre
   for (int64_t t = t0; t < t1; ++t) {
     for (int64_t n = 0; n < d.N; ++n)
-      for (int64_t j = 0; j < d.D; ++j) v[n * d.D + j] = p.x.load(p.x.at(t, n, j));
-    for (int64_t j = 0; j < d.D; ++j) grad_h_in[j] = p.grad_h_in.load(p.grad_h_in.at(t, 0, j));
+      for (int64_t j = 0; j < d.D; ++j) v[n * d.D + j] = core::load_element(o.x.data, d.x_dtype, o.x.at(t, n) + j);
+    for (int64_t j = 0; j < d.D; ++j)
+      grad_h_in[j] = core::load_element(o.grad_h_in.data, d.x_dtype, o.grad_h_in.at(t, 0) + j);
     for (int64_t n = 0; n < d.N; ++n) g_pre[n] = dot(v + n * d.D, grad_h_in, 1, d.D);
     const BackwardBuffers& b = *step.buffers;
-      common::backward_token_finish(p, t, g_pre, b.G + t * d.F, b.gz + t * d.F, b.c + t, b.alpha_terms + 3 * t);
+    common::backward_token_finish(o, t, g_pre, b.G + t * d.F, b.gz + t * d.F, b.c + t, b.alpha_terms + 3 * t);
   }
 }
 
 void backward_columns(const BackwardStep& step, int64_t t0, int64_t t1, const ColumnItem& item) {
-  const core::BackwardProblem& p = *step.problem;
-  const core::Dims& d = p.dims;
+  const BackwardOperands& o = *step.operands;
+  const PreShape& d = o.shape;
   const int64_t width = item.d1 - item.d0, k0 = item.n * d.D + item.d0;  // <= kColumnsPerItem
   const float* G_all = step.buffers->G;
   const float* c_all = step.buffers->c;
@@ -46,35 +47,35 @@ void backward_columns(const BackwardStep& step, int64_t t0, int64_t t1, const Co
   // This chunk's sums, [F][width] and [width], in the worker's scratch.
   float* phi_partial = step.scratch;
   float* gamma_partial = phi_partial + d.F * width;
-  const float* phi = static_cast<const float*>(p.phi.data);
 
   float v[kColumnsPerItem], gu[kColumnsPerItem], gamma[kColumnsPerItem];
   for (int64_t i = 0; i < width; ++i)
-    gamma[i] = p.gamma.present() ? p.gamma.load(p.gamma.at(item.n, item.d0 + i)) : 1.0f;
+    gamma[i] = o.gamma.present() ? o.gamma.row(item.n)[item.d0 + i] : 1.0f;
   std::fill_n(phi_partial, d.F * width + width, 0.0f);
 
   for (int64_t t = t0; t < t1; ++t) {
     const float* G = G_all + t * d.F;
-    for (int64_t i = 0; i < width; ++i) v[i] = p.x.load(p.x.at(t, item.n, item.d0 + i));
+    for (int64_t i = 0; i < width; ++i) v[i] = core::load_element(o.x.data, d.x_dtype, o.x.at(t, item.n) + item.d0 + i);
     std::fill_n(gu, width, 0.0f);
     for (int64_t f = 0; f < d.F; ++f) {  // gu = phi^T G, and G v^T
       const float g = G[f];
-      const float* phi_row = phi + f * p.phi.stride[2];
+      const float* phi_row = o.phi.row(f);
       float* partial_row = phi_partial + f * width;
       for (int64_t i = 0; i < width; ++i) {
-        gu[i] += phi_row[(k0 + i) * p.phi.stride[3]] * g;
+        gu[i] += phi_row[k0 + i] * g;
         partial_row[i] += g * v[i];
       }
     }
     const float c = c_all[t];
-    const float h_pre = p.h_pre.load(p.h_pre.at(t, 0, item.n));
+    const float h_pre = o.h_pre.at(t)[item.n];
     for (int64_t i = 0; i < width; ++i) {
       const int64_t j = item.d0 + i;
-      float gx = h_pre * p.grad_h_in.load(p.grad_h_in.at(t, 0, j));
+      float gx = h_pre * core::load_element(o.grad_h_in.data, d.x_dtype, o.grad_h_in.at(t, 0) + j);
       gx += gamma[i] * gu[i];
       gx += c * v[i];
-      if (p.grad_x_post.present()) gx += p.grad_x_post.load(p.grad_x_post.at(t, item.n, j));
-      p.grad_x.store(p.grad_x.at(t, item.n, j), gx);
+      if (o.grad_x_post.present())
+        gx += core::load_element(o.grad_x_post.data, d.x_dtype, o.grad_x_post.at(t, item.n) + j);
+      core::store_element(o.grad_x.data, d.x_dtype, o.grad_x.at(t, item.n) + j, gx);
       gamma_partial[i] += v[i] * gu[i];
     }
   }
@@ -83,7 +84,7 @@ void backward_columns(const BackwardStep& step, int64_t t0, int64_t t1, const Co
   for (int64_t i = 0; i < width; ++i) gamma_total[k0 + i] += gamma_partial[i];
 }
 
-int64_t no_chunk_floats(const core::BackwardProblem&) { return 0; }
+int64_t no_chunk_floats(const PreShape&) { return 0; }
 
 }  // namespace
 

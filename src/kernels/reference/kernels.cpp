@@ -6,9 +6,9 @@
 namespace mhc::kernels::reference {
 namespace {
 
-int64_t no_floats(const core::Dims&) { return 0; }
+int64_t no_floats(const PreShape&) { return 0; }
 void forward_tokens(const ForwardItem& item, int64_t t0, int64_t t1) {
-  pre_forward_tokens(*item.problem, t0, t1);
+  pre_forward_tokens(*item.operands, t0, t1);
 }
 
 }  // namespace

@@ -4,12 +4,12 @@
 
 #include "kernels/tables.hpp"
 #include "kernels/reference/reference.hpp"
-#include "kernels/reference/strided_io.hpp"
+#include "kernels/reference/operand_io.hpp"
 
 namespace mhc::kernels::reference {
 
 BackwardOutputs64 backward(const BackwardInputs64& in) {
-  const core::Dims& d = in.dims;
+  const PreShape& d = in.dims;
   const int64_t T = d.T, N = d.N, D = d.D, K = d.K, F = d.F, R = d.R;
   const double alpha[3] = {in.alpha[0], in.alpha[1], d.two_entry_alpha ? 0.0 : in.alpha[2]};
   auto gamma = [&](int64_t k) { return in.gamma.empty() ? 1.0 : in.gamma[k]; };
@@ -76,29 +76,29 @@ BackwardOutputs64 backward(const BackwardInputs64& in) {
   return out;
 }
 
-void pre_backward(const core::BackwardProblem& p) {
-  const core::Dims& d = p.dims;
+void pre_backward(const BackwardOperands& o) {
+  const PreShape& d = o.shape;
   BackwardInputs64 in;
   in.dims = d;
-  in.hc_eps = p.hc_eps;
-  in.x = gather_tokens(p.x, d.T, d.N, d.D);
-  in.phi = gather_plain(p.phi, d.F, d.K);
-  in.alpha = gather_plain(p.alpha, 1, d.two_entry_alpha ? 2 : 3);
-  if (p.gamma.present()) in.gamma = gather_plain(p.gamma, d.N, d.D);
-  in.grad_h_in = gather_tokens(p.grad_h_in, d.T, 1, d.D);
-  in.grad_h_post = gather_tokens(p.grad_h_post, d.T, 1, d.N);
-  if (p.grad_h_res.present()) in.grad_h_res = gather_residual(p.grad_h_res, d.T, d.R);
-  in.inv_rms = gather_tokens(p.inv_rms, d.T, 1, 1);
-  in.h_mix = gather_tokens(p.h_mix, d.T, 1, d.F);
-  in.h_pre = gather_tokens(p.h_pre, d.T, 1, d.N);
-  in.h_post = gather_tokens(p.h_post, d.T, 1, d.N);
-  if (p.grad_x_post.present()) in.grad_x_post = gather_tokens(p.grad_x_post, d.T, d.N, d.D);
+  in.hc_eps = o.hc_eps;
+  in.x = gather(o.x, d.x_dtype, 0, d.T, d.N, d.D);
+  in.phi = gather(o.phi, d.F, d.K);
+  in.alpha = gather(o.alpha, d.two_entry_alpha ? 2 : 3);
+  if (o.gamma.present()) in.gamma = gather(o.gamma, d.N, d.D);
+  in.grad_h_in = gather(o.grad_h_in, d.x_dtype, 0, d.T, 1, d.D);
+  in.grad_h_post = gather(o.grad_h_post, 0, d.T, d.N);
+  if (o.grad_h_res.present()) in.grad_h_res = gather(o.grad_h_res, 0, d.T, d.R);
+  in.inv_rms = gather(o.inv_rms, 0, d.T, 1);
+  in.h_mix = gather(o.h_mix, 0, d.T, d.F);
+  in.h_pre = gather(o.h_pre, 0, d.T, d.N);
+  in.h_post = gather(o.h_post, 0, d.T, d.N);
+  if (o.grad_x_post.present()) in.grad_x_post = gather(o.grad_x_post, d.x_dtype, 0, d.T, d.N, d.D);
   const BackwardOutputs64 out = backward(in);
-  scatter_tokens(p.grad_x, out.grad_x, d.T, d.N, d.D);
-  scatter_plain(p.grad_phi, out.grad_phi, d.F, d.K);
-  scatter_plain(p.grad_alpha, out.grad_alpha, 1, d.two_entry_alpha ? 2 : 3);
-  scatter_plain(p.grad_bias, out.grad_bias, 1, d.F);
-  if (p.grad_gamma.present()) scatter_plain(p.grad_gamma, out.grad_gamma, d.N, d.D);
+  scatter(o.grad_x, d.x_dtype, out.grad_x, 0, d.T, d.N, d.D);
+  scatter(o.grad_phi, out.grad_phi, d.F, d.K);
+  scatter(o.grad_alpha, out.grad_alpha);
+  scatter(o.grad_bias, out.grad_bias);
+  if (o.grad_gamma.present()) scatter(o.grad_gamma, out.grad_gamma, d.N, d.D);
 }
 
 }  // namespace mhc::kernels::reference

@@ -3,14 +3,14 @@
 
 #include "kernels/tables.hpp"
 #include "kernels/reference/reference.hpp"
-#include "kernels/reference/strided_io.hpp"
+#include "kernels/reference/operand_io.hpp"
 
 namespace mhc::kernels::reference {
 
 static double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 
 ForwardOutputs64 forward(const ForwardInputs64& in) {
-  const core::Dims& d = in.dims;
+  const PreShape& d = in.dims;
   const int64_t T = d.T, N = d.N, D = d.D, K = d.K, F = d.F, R = d.R;
   ForwardOutputs64 out;
   out.h_in.resize(T * D);
@@ -56,30 +56,28 @@ ForwardOutputs64 forward(const ForwardInputs64& in) {
   return out;
 }
 
-// Tokens [t0, t1) of a problem, through forward(): its tokens are independent.
-void pre_forward_tokens(const core::ForwardProblem& p, int64_t t0, int64_t t1) {
-  core::Dims d = p.dims;
+// Tokens [t0, t1) of a call, through forward(): its tokens are independent.
+void pre_forward_tokens(const ForwardOperands& o, int64_t t0, int64_t t1) {
+  PreShape d = o.shape;
   d.T = t1 - t0;
   ForwardInputs64 in;
   in.dims = d;
-  in.norm_eps = p.norm_eps;
-  in.hc_eps = p.hc_eps;
-  in.x = gather_tokens(p.x, d.T, d.N, d.D, t0);
-  in.phi = gather_plain(p.phi, d.F, d.K);
-  in.alpha = gather_plain(p.alpha, 1, d.two_entry_alpha ? 2 : 3);
-  in.bias = gather_plain(p.bias, 1, d.F);
-  if (p.gamma.present()) in.gamma = gather_plain(p.gamma, d.N, d.D);
+  in.norm_eps = o.norm_eps;
+  in.hc_eps = o.hc_eps;
+  in.x = gather(o.x, d.x_dtype, t0, d.T, d.N, d.D);
+  in.phi = gather(o.phi, d.F, d.K);
+  in.alpha = gather(o.alpha, d.two_entry_alpha ? 2 : 3);
+  in.bias = gather(o.bias, d.F);
+  if (o.gamma.present()) in.gamma = gather(o.gamma, d.N, d.D);
   const ForwardOutputs64 out = forward(in);
-  scatter_tokens(p.h_in, out.h_in, d.T, 1, d.D, t0);
-  scatter_tokens(p.h_post, out.h_post, d.T, 1, d.N, t0);
-  if (p.h_res.present()) scatter_residual(p.h_res, out.h_res, d.T, d.R, t0);
-  if (p.h_mix.present()) {
-    scatter_tokens(p.inv_rms, out.inv_rms, d.T, 1, 1, t0);
-    scatter_tokens(p.h_mix, out.h_mix, d.T, 1, d.F, t0);
-    scatter_tokens(p.h_pre, out.h_pre, d.T, 1, d.N, t0);
+  scatter(o.h_in, d.x_dtype, out.h_in, t0, d.T, 1, d.D);
+  scatter(o.h_post, out.h_post, t0, d.T, d.N);
+  if (o.h_res.present()) scatter(o.h_res, out.h_res, t0, d.T, d.R);
+  if (o.h_mix.present()) {
+    scatter(o.inv_rms, out.inv_rms, t0, d.T, 1);
+    scatter(o.h_mix, out.h_mix, t0, d.T, d.F);
+    scatter(o.h_pre, out.h_pre, t0, d.T, d.N);
   }
 }
-
-void pre_forward(const core::ForwardProblem& p) { pre_forward_tokens(p, 0, p.dims.T); }
 
 }  // namespace mhc::kernels::reference

@@ -1,20 +1,21 @@
 // The reference: SPEC §2-§3 as readable float64 code over contiguous arrays.
 // Tests use it directly (float64 in, float64 out: finite differences need that)
-// and through pre_forward/pre_backward below, which gather a problem's strided
-// tensors into these arrays and store the results in the output dtypes.
+// and through pre_forward_tokens/pre_backward below, which gather a call's
+// operands into these arrays and store the results in the output dtypes.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "core/problem.hpp"
+#include "kernels/pre_backward.hpp"
+#include "kernels/pre_forward.hpp"
 
 namespace mhc::kernels::reference {
 
 // Contiguous float64 operands. Per-token arrays are [T, ...] row-major; phi is
 // [F, K]; gamma is [K] or empty (= ones); alpha has 2 or 3 entries.
 struct ForwardInputs64 {
-  core::Dims dims;  // T, N, D, K, F, R, two_entry_alpha are used
+  PreShape dims;  // x_dtype is not used
   std::vector<double> x, phi, alpha, bias, gamma;
   double norm_eps = 1e-6, hc_eps = 1e-6;
 };
@@ -25,7 +26,7 @@ struct ForwardOutputs64 {
 ForwardOutputs64 forward(const ForwardInputs64& in);
 
 struct BackwardInputs64 {
-  core::Dims dims;
+  PreShape dims;  // x_dtype is not used
   std::vector<double> x, phi, alpha, gamma;
   std::vector<double> grad_h_in, grad_h_post, grad_h_res;  // [T,D] [T,N] [T,R]
   std::vector<double> inv_rms, h_mix, h_pre, h_post;       // caches of the forward
@@ -39,11 +40,10 @@ struct BackwardOutputs64 {
 };
 BackwardOutputs64 backward(const BackwardInputs64& in);
 
-// The same over a validated problem's strided tensors, results stored in the
-// output dtypes: every token, or tokens [t0, t1) of the forward. Unlike the
-// production kernels these allocate their own memory.
-void pre_forward(const core::ForwardProblem& problem);
-void pre_forward_tokens(const core::ForwardProblem& problem, int64_t t0, int64_t t1);
-void pre_backward(const core::BackwardProblem& problem);
+// The same over a call's operands, results stored in the output dtypes (float64
+// rounded to fp32 first): tokens [t0, t1) of the forward, or the whole backward.
+// Unlike the other families' kernels these allocate their own memory.
+void pre_forward_tokens(const ForwardOperands& operands, int64_t t0, int64_t t1);
+void pre_backward(const BackwardOperands& operands);
 
 }  // namespace mhc::kernels::reference

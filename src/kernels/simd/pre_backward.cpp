@@ -58,68 +58,67 @@ struct Tiles {
 static int64_t VRow(int64_t element_bytes) { return kColumnsPerItem + 64 / element_bytes; }
 
 // Blocks of each tile: one per column item.
-static int64_t TileBlocks(const core::Dims& d) { return d.N * ceil_div(d.D, kColumnsPerItem); }
+static int64_t TileBlocks(const PreShape& d) { return d.N * ceil_div(d.D, kColumnsPerItem); }
 
 // Floats of the v tile (x's dtype), with a line after it, then of the gu tile.
-static int64_t VTileFloats(const core::Dims& d, int64_t element_bytes) {
+static int64_t VTileFloats(const PreShape& d, int64_t element_bytes) {
   return align16(ceil_div(TileBlocks(d) * kTokensPerChunk * VRow(element_bytes) * element_bytes, 4)) +
          16;
 }
-static int64_t GuTileFloats(const core::Dims& d) { return TileBlocks(d) * kBlockFloats; }
+static int64_t GuTileFloats(const PreShape& d) { return TileBlocks(d) * kBlockFloats; }
 
 static Tiles TilesOf(const BackwardStep& step) {
-  const core::Dims& d = step.problem->dims;
+  const PreShape& d = step.operands->shape;
   float* base = step.chunk();
-  const int64_t element_bytes = core::element_size(step.problem->x.dtype);
+  const int64_t element_bytes = core::element_size(d.x_dtype);
   return {int64_t(hn::Lanes(DF())), ceil_div(d.D, kColumnsPerItem), VRow(element_bytes),
           reinterpret_cast<char*>(base), base + VTileFloats(d, element_bytes)};
 }
 
-int64_t BackwardChunkFloats(const core::BackwardProblem& p) {
-  return VTileFloats(p.dims, core::element_size(p.x.dtype)) + GuTileFloats(p.dims);
+int64_t BackwardChunkFloats(const PreShape& d) {
+  return VTileFloats(d, core::element_size(d.x_dtype)) + GuTileFloats(d);
 }
 
-int64_t BackwardScratchFloats(const core::Dims& d) {
+int64_t BackwardScratchFloats(const PreShape& d) {
   return kBlockRows * hn::Lanes(DF()) + align16(d.N);  // zero-padded phi block; g_pre
 }
 
 void BackwardTokenStats(const BackwardStep& step, int64_t chunk0, int64_t t0, int64_t t1) {
-  const core::BackwardProblem& p = *step.problem;
-  const core::Dims& d = p.dims;
+  const BackwardOperands& o = *step.operands;
+  const PreShape& d = o.shape;
   const DF df;
   const Tiles tiles = TilesOf(step);
   const int64_t L = tiles.L, full = d.D / L * L;
   float* g_pre = step.scratch + kBlockRows * L;
-  const int64_t xs = p.x.stride[3], ghs = p.grad_h_in.stride[3];
-  WithDType(p.x.dtype, [&]<DType T>() {  // grad_h_in has x's dtype
+  WithDType(d.x_dtype, [&]<DType T>() {  // grad_h_in has x's dtype
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t gh_at = p.grad_h_in.at(t, 0, 0);
+      const int64_t gh_at = o.grad_h_in.at(t, 0);
       for (int64_t n = 0; n < d.N; ++n) {
-        const int64_t x_at = p.x.at(t, n, 0);
+        const int64_t x_at = o.x.at(t, n);
         VF lanes = hn::Zero(df);
         int64_t j = 0, strip = 0;
-        for (; j < full; j += L, ++strip) {  // rows are unit-stride (the driver stages others)
-          const VF v = LoadT<T>(df, p.x.data, x_at + j);
-          lanes = hn::MulAdd(v, LoadT<T>(df, p.grad_h_in.data, gh_at + j), lanes);
-          CopyT<T>(df, p.x.data, x_at + j, tiles.v, tiles.v_at(n, strip, t - chunk0));
+        for (; j < full; j += L, ++strip) {
+          const VF v = LoadT<T>(df, o.x.data, x_at + j);
+          lanes = hn::MulAdd(v, LoadT<T>(df, o.grad_h_in.data, gh_at + j), lanes);
+          CopyT<T>(df, o.x.data, x_at + j, tiles.v, tiles.v_at(n, strip, t - chunk0));
         }
         for (; j < d.D; j += L, ++strip) {
           const int64_t width = std::min(L, d.D - j);
-          const VF v = LoadRow(df, p.x.data, T, x_at + j * xs, xs, width);
-          lanes = hn::MulAdd(v, LoadRow(df, p.grad_h_in.data, T, gh_at + j * ghs, ghs, width), lanes);
-          CopyRow<T>(df, p.x.data, x_at + j * xs, xs, width, tiles.v, tiles.v_at(n, strip, t - chunk0));
+          const VF v = LoadRow(df, o.x.data, T, x_at + j, 1, width);
+          lanes = hn::MulAdd(v, LoadRow(df, o.grad_h_in.data, T, gh_at + j, 1, width), lanes);
+          CopyRow<T>(df, o.x.data, x_at + j, 1, width, tiles.v, tiles.v_at(n, strip, t - chunk0));
         }
         g_pre[n] = FoldLanes(df, lanes);
       }
       const BackwardBuffers& b = *step.buffers;
-      common::backward_token_finish(p, t, g_pre, b.G + t * d.F, b.gz + t * d.F, b.c + t, b.alpha_terms + 3 * t);
+      common::backward_token_finish(o, t, g_pre, b.G + t * d.F, b.gz + t * d.F, b.c + t, b.alpha_terms + 3 * t);
     }
   });
 }
 
 void BackwardColumns(const BackwardStep& step, int64_t t0, int64_t t1, const ColumnItem& item) {
-  const core::BackwardProblem& p = *step.problem;
-  const core::Dims& d = p.dims;
+  const BackwardOperands& o = *step.operands;
+  const PreShape& d = o.shape;
   const DF df;
   const Tiles tiles = TilesOf(step);
   const int64_t L = tiles.L, tokens = t1 - t0;
@@ -128,25 +127,24 @@ void BackwardColumns(const BackwardStep& step, int64_t t0, int64_t t1, const Col
   const float* c_chunk = step.buffers->c + t0;
   float* phi_total = step.phi_total();
   float* gamma_total = step.gamma_total();
-  const float* phi = static_cast<const float*>(p.phi.data);
-  const int64_t phi_cs = p.phi.stride[3];  // column stride of phi
+  const float* phi = o.phi.data;
+  const int64_t phi_rs = o.phi.row_stride;
 
   // Blocks of phi rows outside, strips inside (the same sums in the same order as
   // strips outside): a block walks its rows of phi and of the totals through
   // contiguous runs, which the prefetchers follow, while the item's tiles (100-140
   // KiB) stay in L2 between the blocks.
-  WithDType(p.x.dtype, [&]<DType T>() {
+  WithDType(d.x_dtype, [&]<DType T>() {
     for (int64_t f0 = 0; f0 < d.F; f0 += kBlockRows) {
       const int rows = int(std::min<int64_t>(kBlockRows, d.F - f0));
       for (int64_t j = item.d0; j < item.d1; j += L) {
         const int64_t width = std::min(L, item.d1 - j), k = item.n * d.D + j;
         const float* phi_rows[kBlockRows];
         for (int r = 0; r < rows; ++r) {
-          phi_rows[r] = phi + (f0 + r) * p.phi.stride[2] + k * phi_cs;
-          if (width < L) {  // copy the real columns, zero the rest (phi is unit-stride: staged otherwise)
+          phi_rows[r] = phi + (f0 + r) * phi_rs + k;
+          if (width < L) {  // copy the real columns, zero the rest
             std::fill_n(phi_padded + r * L, L, 0.0f);
-            for (int64_t i = 0; i < width; ++i)
-              phi_padded[r * L + i] = phi[(f0 + r) * p.phi.stride[2] + (k + i) * phi_cs];
+            for (int64_t i = 0; i < width; ++i) phi_padded[r * L + i] = phi[(f0 + r) * phi_rs + k + i];
             phi_rows[r] = phi_padded + r * L;
           }
         }
@@ -157,8 +155,7 @@ void BackwardColumns(const BackwardStep& step, int64_t t0, int64_t t1, const Col
                                   width, phi_total + k, d.K, StripFinish{});
           continue;
         }
-        const VF gamma = p.gamma.present() ? LoadRow(df, p.gamma.data, DType::fp32, p.gamma.at(item.n, j),
-                                                     p.gamma.stride[3], width)
+        const VF gamma = o.gamma.present() ? LoadRow(df, o.gamma.row(item.n), DType::fp32, j, 1, width)
                                            : hn::Set(df, 1.0f);
         RunStripBlock<true, T>(rows, G_chunk, d.F, tokens, f0, phi_rows, v_tile, tiles.v_row, gu_tile, f0 == 0,
                                width, phi_total + k, d.K, StripFinish{c_chunk, gamma, gamma_total + k});
@@ -170,37 +167,35 @@ void BackwardColumns(const BackwardStep& step, int64_t t0, int64_t t1, const Col
 // grad_x = h_pre[n] grad_h_in + y + grad_x_post (y = gamma gu + c v, left in
 // the gu tile by the column phase's last block of rows), token by token.
 void BackwardRows(const BackwardStep& step, int64_t chunk0, int64_t t0, int64_t t1) {
-  const core::BackwardProblem& p = *step.problem;
-  const core::Dims& d = p.dims;
+  const BackwardOperands& o = *step.operands;
+  const PreShape& d = o.shape;
   const DF df;
   const Tiles tiles = TilesOf(step);
   const int64_t L = tiles.L, full = d.D / L * L;
-  const int64_t ghs = p.grad_h_in.stride[3], posts = p.grad_x_post.stride[3], outs = p.grad_x.stride[3];
-  const bool has_post = p.grad_x_post.present();
+  const bool has_post = o.grad_x_post.present();
   // grad_x far larger than the caches: stream it to memory.
-  const bool stream = d.T * d.K * core::element_size(p.grad_x.dtype) > kStreamBytes;
-  WithDType(p.x.dtype, [&]<DType T>() {  // grad_h_in, grad_x_post and grad_x have x's dtype
+  const bool stream = d.T * d.K * core::element_size(d.x_dtype) > kStreamBytes;
+  WithDType(d.x_dtype, [&]<DType T>() {  // grad_h_in, grad_x_post and grad_x have x's dtype
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t gh_at = p.grad_h_in.at(t, 0, 0);
+      const int64_t gh_at = o.grad_h_in.at(t, 0);
       for (int64_t n = 0; n < d.N; ++n) {
-        const VF h_pre = hn::Set(df, p.h_pre.load(p.h_pre.at(t, 0, n)));
-        const int64_t out_at = p.grad_x.at(t, n, 0);
-        const int64_t post_at = has_post ? p.grad_x_post.at(t, n, 0) : 0;
+        const VF h_pre = hn::Set(df, o.h_pre.at(t)[n]);
+        const int64_t out_at = o.grad_x.at(t, n);
+        const int64_t post_at = has_post ? o.grad_x_post.at(t, n) : 0;
         int64_t j = 0, strip = 0;
-        for (; j < full; j += L, ++strip) {  // rows are unit-stride (the driver stages others)
+        for (; j < full; j += L, ++strip) {
           const VF y = hn::Load(df, tiles.gu_at(n, strip, t - chunk0));
-          VF gx = hn::MulAdd(h_pre, LoadT<T>(df, p.grad_h_in.data, gh_at + j), y);
-          if (has_post) gx = hn::Add(gx, LoadT<T>(df, p.grad_x_post.data, post_at + j));
-          if (stream) StreamT<T>(df, gx, p.grad_x.data, out_at + j);
-          else StoreT<T>(df, gx, p.grad_x.data, out_at + j);
+          VF gx = hn::MulAdd(h_pre, LoadT<T>(df, o.grad_h_in.data, gh_at + j), y);
+          if (has_post) gx = hn::Add(gx, LoadT<T>(df, o.grad_x_post.data, post_at + j));
+          if (stream) StreamT<T>(df, gx, o.grad_x.data, out_at + j);
+          else StoreT<T>(df, gx, o.grad_x.data, out_at + j);
         }
         for (; j < d.D; j += L, ++strip) {
           const int64_t width = std::min(L, d.D - j);
           const VF y = hn::Load(df, tiles.gu_at(n, strip, t - chunk0));
-          VF gx = hn::MulAdd(h_pre, LoadRow(df, p.grad_h_in.data, T, gh_at + j * ghs, ghs, width), y);
-          if (has_post)
-            gx = hn::Add(gx, LoadRow(df, p.grad_x_post.data, T, post_at + j * posts, posts, width));
-          StoreRow(df, gx, p.grad_x.data, T, out_at + j * outs, outs, width);
+          VF gx = hn::MulAdd(h_pre, LoadRow(df, o.grad_h_in.data, T, gh_at + j, 1, width), y);
+          if (has_post) gx = hn::Add(gx, LoadRow(df, o.grad_x_post.data, T, post_at + j, 1, width));
+          StoreRow(df, gx, o.grad_x.data, T, out_at + j, 1, width);
         }
       }
     }
@@ -211,12 +206,11 @@ void BackwardRows(const BackwardStep& step, int64_t chunk0, int64_t t0, int64_t 
 // grad_phi = P * gamma and grad_gamma, P and grad_gamma being the lanes' running
 // totals added in lane order, a vector at a time.
 void BackwardFinishColumns(const BackwardStep& step, const ColumnItem& item) {
-  const core::BackwardProblem& p = *step.problem;
-  const core::Dims& d = p.dims;
+  const BackwardOperands& o = *step.operands;
+  const PreShape& d = o.shape;
   const DF df;
   const int64_t L = hn::Lanes(df);
   const BackwardBuffers& b = *step.buffers;
-  const int64_t gs = p.gamma.stride[3], out_cs = p.grad_phi.stride[3];
   // Element `at` of every lane's totals, in lane order.
   auto lane_sum = [&](float* const* totals, int64_t at, int64_t width) {
     VF sum = LoadRow(df, totals[0], DType::fp32, at, 1, width);
@@ -225,14 +219,13 @@ void BackwardFinishColumns(const BackwardStep& step, const ColumnItem& item) {
   };
   for (int64_t j = item.d0; j < item.d1; j += L) {
     const int64_t width = std::min(L, item.d1 - j), k = item.n * d.D + j;
-    const VF gamma = p.gamma.present() ? LoadRow(df, p.gamma.data, DType::fp32, p.gamma.at(item.n, j), gs, width)
+    const VF gamma = o.gamma.present() ? LoadRow(df, o.gamma.row(item.n), DType::fp32, j, 1, width)
                                        : hn::Set(df, 1.0f);
     for (int64_t f = 0; f < d.F; ++f)
-      StoreRow(df, hn::Mul(lane_sum(b.phi_total, f * d.K + k, width), gamma),
-               p.grad_phi.data, DType::fp32, p.grad_phi.at(f, k), out_cs, width);
-    if (p.grad_gamma.present())
-      StoreRow(df, lane_sum(b.gamma_total, k, width), p.grad_gamma.data, DType::fp32,
-               p.grad_gamma.at(item.n, j), p.grad_gamma.stride[3], width);
+      StoreRow(df, hn::Mul(lane_sum(b.phi_total, f * d.K + k, width), gamma), o.grad_phi.row(f), DType::fp32, k, 1,
+               width);
+    if (o.grad_gamma.present())
+      StoreRow(df, lane_sum(b.gamma_total, k, width), o.grad_gamma.row(item.n), DType::fp32, j, 1, width);
   }
 }
 

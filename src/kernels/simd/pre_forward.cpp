@@ -46,14 +46,14 @@ struct ForwardScratch {
   float* h_pre;    // [N]
 };
 
-int64_t ForwardScratchFloats(const core::Dims& d) {
+int64_t ForwardScratchFloats(const PreShape& d) {
   const int64_t L = hn::Lanes(DF()), tokens = kTokensPerItem;
   const int64_t rows = std::min<int64_t>(d.F, kRowsPerPass);
   return tokens * kURowFloats + tokens * rows * L + tokens * (L + 1) + rows * L + rows * kBlockStride +
          tokens * d.F + d.N + 7 * 16;  // alignment slack
 }
 
-static ForwardScratch LayOutForwardScratch(float* base, const core::Dims& d) {
+static ForwardScratch LayOutForwardScratch(float* base, const PreShape& d) {
   const int64_t L = hn::Lanes(DF()), tokens = kTokensPerItem;
   const int64_t rows = std::min<int64_t>(d.F, kRowsPerPass);
   ForwardScratch s;
@@ -75,30 +75,29 @@ static ForwardScratch LayOutForwardScratch(float* base, const core::Dims& d) {
 // few pages, too short for the hardware prefetcher to learn. Rows of x and gamma
 // are unit-stride (the driver stages other layouts); whole vectors go through
 // ScaleRow, the rest one element at a time.
-static void CastChunk(const core::ForwardProblem& p, int64_t t, int64_t t_ahead, int64_t k0, int64_t k1,
+static void CastChunk(const ForwardOperands& o, int64_t t, int64_t t_ahead, int64_t k0, int64_t k1,
                       int64_t k_end, float* u_row, float* sq_lanes, float* sq_tail, bool with_sum_sq) {
   const DF df;
-  const int64_t D = p.dims.D;
-  const int64_t xs = p.x.stride[3], gs = p.gamma.stride[3];
+  const int64_t D = o.shape.D;
   VF sq = hn::Load(df, sq_lanes);
   float tail = *sq_tail;
-  const bool has_gamma = p.gamma.present();
-  const float* gamma = static_cast<const float*>(p.gamma.data);
-  const int64_t esize = core::element_size(p.x.dtype);
-  WithDType(p.x.dtype, [&]<DType T>() {
+  const bool has_gamma = o.gamma.present();
+  const int64_t esize = core::element_size(o.shape.x_dtype);
+  const char* x = static_cast<const char*>(o.x.data);
+  WithDType(o.shape.x_dtype, [&]<DType T>() {
     for (int64_t k = k0; k < k1;) {
       const int64_t n = k / D, j0 = k % D, j1 = std::min(D, j0 + (k1 - k));  // one stream's piece
-      const int64_t x_at = p.x.at(t, n, 0), gamma_at = has_gamma ? p.gamma.at(n, 0) : 0;
-      const char* ahead = static_cast<const char*>(p.x.data) + (t_ahead >= 0 ? p.x.at(t_ahead, n, 0) : x_at) * esize;
+      const int64_t x_at = o.x.at(t, n);
+      const float* gamma = has_gamma ? o.gamma.row(n) : nullptr;
+      const char* ahead = x + (t_ahead >= 0 ? o.x.at(t_ahead, n) : x_at) * esize;
       float* u_out = u_row + (n * D - k0);
       int64_t j = j0;
-      j += ScaleRow<T>(static_cast<const char*>(p.x.data) + (x_at + j) * esize,
-                       has_gamma ? gamma + gamma_at + j : nullptr, j1 - j, u_out + j, sq, with_sum_sq,
+      j += ScaleRow<T>(x + (x_at + j) * esize, has_gamma ? gamma + j : nullptr, j1 - j, u_out + j, sq, with_sum_sq,
                        ahead + j * esize);
       for (; j < j1; ++j) {
-        const float v = p.x.load(x_at + j * xs);
+        const float v = core::load_element(x, T, x_at + j);
         if (with_sum_sq) tail += v * v;
-        u_out[j] = has_gamma ? v * p.gamma.load(gamma_at + j * gs) : v;
+        u_out[j] = has_gamma ? v * gamma[j] : v;
       }
       k = n * D + j1;
     }
@@ -121,28 +120,25 @@ static void RunTiles(const ForwardScratch& s, int64_t tokens, int64_t rows, int6
 }
 
 // h_in = sum_n h_pre[n] v[n], n ascending, for token t: whole vectors through
-// WeightedRows (rows of x and h_in are unit-stride: the driver stages others),
-// the last partial vector gathered.
-static void HInRow(const core::ForwardProblem& p, int64_t t, const float* h_pre) {
-  const core::Dims& d = p.dims;
+// WeightedRows, the last partial vector gathered.
+static void HInRow(const ForwardOperands& o, int64_t t, const float* h_pre) {
+  const PreShape& d = o.shape;
   const DF df;
-  const int64_t L = hn::Lanes(df), full = d.D / L * L, xs = p.x.stride[3], hs = p.h_in.stride[3];
-  // Row offsets once: Strided::at divides by S, and the stores below keep the
-  // compiler from hoisting it.
-  const int64_t x_row = p.x.at(t, 0, 0), h_row = p.h_in.at(t, 0, 0), xn = p.x.stride[2];
+  const int64_t L = hn::Lanes(df), full = d.D / L * L;
+  const int64_t x_row = o.x.at(t, 0), h_row = o.h_in.at(t, 0), xn = o.x.stream_stride;
   // h_in larger than the caches: streaming stores skip reading its lines first
   // (a: 32 MiB; measured a 14.6 -> 13.7-14.3 ms).
-  const bool stream = d.T * d.D * core::element_size(p.h_in.dtype) > kStreamHInBytes;
-  WithDType(p.x.dtype, [&]<DType T>() {  // h_in has x's dtype
+  const bool stream = d.T * d.D * core::element_size(d.x_dtype) > kStreamHInBytes;
+  WithDType(d.x_dtype, [&]<DType T>() {  // h_in has x's dtype
     const int64_t esize = core::element_size(T);
-    WeightedRows<T>(static_cast<const char*>(p.x.data) + x_row * esize, xn, h_pre, d.N, full,
-                    static_cast<char*>(p.h_in.data) + h_row * esize, stream);
+    WeightedRows<T>(static_cast<const char*>(o.x.data) + x_row * esize, xn, h_pre, d.N, full,
+                    static_cast<char*>(o.h_in.data) + h_row * esize, stream);
     for (int64_t j = full; j < d.D; j += L) {
       const int64_t count = std::min(L, d.D - j);
       VF acc = hn::Zero(df);
       for (int64_t n = 0; n < d.N; ++n)
-        acc = hn::MulAdd(hn::Set(df, h_pre[n]), LoadRow(df, p.x.data, T, p.x.at(t, n, j), xs, count), acc);
-      StoreRow(df, acc, p.h_in.data, T, p.h_in.at(t, 0, j), hs, count);
+        acc = hn::MulAdd(hn::Set(df, h_pre[n]), LoadRow(df, o.x.data, T, x_row + n * xn + j, 1, count), acc);
+      StoreRow(df, acc, o.h_in.data, T, h_row + j, 1, count);
     }
   });
 }
@@ -150,27 +146,26 @@ static void HInRow(const core::ForwardProblem& p, int64_t t, const float* h_pre)
 // Tokens [t0, t1) whose m = phi.u another kernel formed (token t's m at
 // m + (t - t0) * m_stride, the 16 lanes of its sum(v^2) at sq_lanes + (t - t0) * 16):
 // the per-token outputs and h_in.
-void ForwardFinishTokens(const core::ForwardProblem& p, int64_t t0, int64_t t1, const float* m, int64_t m_stride,
+void ForwardFinishTokens(const ForwardOperands& o, int64_t t0, int64_t t1, const float* m, int64_t m_stride,
                          const float* sq_lanes, float* h_pre) {
   for (int64_t t = t0; t < t1; ++t) {
     float lanes[16];
     std::copy_n(sq_lanes + (t - t0) * 16, 16, lanes);
-    common::forward_token_finish(p, t, common::fold16(lanes), m + (t - t0) * m_stride, h_pre);
-    HInRow(p, t, h_pre);
+    common::forward_token_finish(o, t, common::fold16(lanes), m + (t - t0) * m_stride, h_pre);
+    HInRow(o, t, h_pre);
   }
   hwy::FlushStream();  // HInRow's streaming stores, before the caller reads h_in
 }
 
 void ForwardTokens(const ForwardItem& item, int64_t t0, int64_t t1) {
-  const core::ForwardProblem& p = *item.problem;
-  const core::Dims& d = p.dims;
+  const ForwardOperands& o = *item.operands;
+  const PreShape& d = o.shape;
   const DF df;
   const int64_t L = hn::Lanes(df), tokens = t1 - t0;
   const int64_t K_full = d.K / L * L, K_pad = round_up(d.K, L);
   const ForwardScratch s = LayOutForwardScratch(item.scratch, d);
-  const float* phi = static_cast<const float*>(p.phi.data);
-  const int64_t phi_cs = p.phi.stride[3];  // column stride of phi
-  auto phi_at = [&](int64_t f, int64_t k) { return phi[f * p.phi.stride[2] + k * phi_cs]; };
+  const float* phi = o.phi.data;
+  const int64_t phi_rs = o.phi.row_stride;
   std::fill_n(s.sum_sq, tokens * (L + 1), 0.0f);
 
   for (int64_t f0 = 0; f0 < d.F; f0 += kRowsPerPass) {  // passes over rows of phi
@@ -179,12 +174,12 @@ void ForwardTokens(const ForwardItem& item, int64_t t0, int64_t t1) {
     if (K_full < d.K) {  // the partial last column vector, zero-padded
       std::fill_n(s.phi_tail, rows * L, 0.0f);
       for (int64_t f = 0; f < rows; ++f)
-        for (int64_t k = K_full; k < d.K; ++k) s.phi_tail[f * L + k - K_full] = phi_at(f0 + f, k);
+        for (int64_t k = K_full; k < d.K; ++k) s.phi_tail[f * L + k - K_full] = phi[(f0 + f) * phi_rs + k];
     }
     for (int64_t k0 = 0; k0 < K_pad; k0 += kChunkColumns) {
       const int64_t k_end = std::min(K_pad, k0 + kChunkColumns), k1 = std::min(d.K, k_end);
       for (int64_t t = 0; t < tokens; ++t)
-        CastChunk(p, t0 + t, t + kCastAhead < tokens ? t0 + t + kCastAhead : -1, k0, k1, k_end,
+        CastChunk(o, t0 + t, t + kCastAhead < tokens ? t0 + t + kCastAhead : -1, k0, k1, k_end,
                   s.u + t * kURowFloats, s.sum_sq + t * L, s.sum_sq + tokens * L + t, f0 == 0);
       const int64_t full_end = std::min(k_end, K_full);  // columns read from phi (or its copy)
       // The next chunk's x is left to the hardware prefetchers and the cast's own
@@ -196,12 +191,12 @@ void ForwardTokens(const ForwardItem& item, int64_t t0, int64_t t1) {
       for (int64_t c0 = k0; c0 < full_end; c0 += kBlockColumns) {
         const int64_t c1 = std::min(full_end, c0 + kBlockColumns);
         if (!copy_phi) {
-          RunTiles(s, tokens, rows, c0 - k0, phi + f0 * p.phi.stride[2] + c0, p.phi.stride[2], (c1 - c0) / L);
+          RunTiles(s, tokens, rows, c0 - k0, phi + f0 * phi_rs + c0, phi_rs, (c1 - c0) / L);
           continue;
         }
         for (int64_t f = 0; f < rows; ++f) {
           float* row = s.phi_chunk + f * kBlockStride;
-          const float* from = phi + (f0 + f) * p.phi.stride[2];  // unit-stride (staged otherwise)
+          const float* from = phi + (f0 + f) * phi_rs;
           for (int64_t k = c0; k < c1; k += L) hn::Store(hn::LoadU(df, from + k), df, row + (k - c0));
         }
         RunTiles(s, tokens, rows, c0 - k0, s.phi_chunk, kBlockStride, (c1 - c0) / L);
@@ -216,14 +211,15 @@ void ForwardTokens(const ForwardItem& item, int64_t t0, int64_t t1) {
 
   for (int64_t t = 0; t < tokens; ++t) {
     const float sum_sq = FoldLanes(df, hn::Load(df, s.sum_sq + t * L)) + s.sum_sq[tokens * L + t];
-    common::forward_token_finish(p, t0 + t, sum_sq, s.m + t * d.F, s.h_pre);
-    HInRow(p, t0 + t, s.h_pre);
+    common::forward_token_finish(o, t0 + t, sum_sq, s.m + t * d.F, s.h_pre);
+    HInRow(o, t0 + t, s.h_pre);
   }
   hwy::FlushStream();  // HInRow's streaming stores, before the caller reads h_in
 }
 
 // (Unused on the targets the registry does not name.)
-[[maybe_unused]] const PreForwardKernels kPreForward = {.scratch_floats = ForwardScratchFloats, .tokens = ForwardTokens};
+[[maybe_unused]] const PreForwardKernels kPreForward = {
+    .scratch_floats = ForwardScratchFloats, .tokens = ForwardTokens, .finish_tokens = ForwardFinishTokens};
 
 }  // namespace mhc::kernels::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -236,15 +232,6 @@ const PreForwardKernels* pre_forward(Isa isa) {
 #endif
 #if HWY_TARGETS & HWY_AVX2
   if (isa == Isa::avx2) return &N_AVX2::kPreForward;
-#endif
-  return nullptr;
-}
-FinishTokens finish_tokens(Isa isa) {
-#if HWY_TARGETS & HWY_AVX3
-  if (isa == Isa::avx512) return N_AVX3::ForwardFinishTokens;
-#endif
-#if HWY_TARGETS & HWY_AVX2
-  if (isa == Isa::avx2) return N_AVX2::ForwardFinishTokens;
 #endif
   return nullptr;
 }

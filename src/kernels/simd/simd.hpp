@@ -20,12 +20,4 @@ inline constexpr int64_t kChunkColumns = 2048;
 inline constexpr int64_t kStreamBytes = int64_t(64) << 20;
 inline constexpr int64_t kStreamHInBytes = int64_t(8) << 20;
 
-// The forward after m = phi.u, for kernels that form m their own way (AMX): per
-// token sum(v^2) from 16 lanes folded in a fixed order, the per-token outputs,
-// and h_in. Token t's m at m + (t - t0) * m_stride, its 16 lanes of sum(v^2) at
-// sq_lanes + (t - t0) * 16; h_pre: N floats of scratch.
-using FinishTokens = void (*)(const core::ForwardProblem& p, int64_t t0, int64_t t1, const float* m,
-                              int64_t m_stride, const float* sq_lanes, float* h_pre);
-FinishTokens finish_tokens(Isa isa);
-
 }  // namespace mhc::kernels::simd

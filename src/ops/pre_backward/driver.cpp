@@ -12,6 +12,7 @@
 
 #include "ops/call_resources.hpp"
 #include "ops/isa.hpp"
+#include "ops/kernel_views.hpp"
 #include "ops/pre_backward/plan.hpp"
 #include "ops/pre_backward/pre_backward.hpp"
 #include "ops/staging.hpp"
@@ -24,22 +25,58 @@ const kernels::PreBackwardKernels& kernels_of(const core::BackwardProblem& probl
   return *implementation(problem.isa).pre_backward;
 }
 
-// The operands the kernels read or write row by row: staged when their rows are
-// not unit-stride (staging.hpp).
+kernels::PreShape shape_of(const core::BackwardProblem& p) { return ops::shape_of(p.dims, p.x.dtype); }
+
+// The operands that do not fit the kernels' views, staged (staging.hpp).
 Staging staging_of(core::BackwardProblem* p) {
   Staging staging;
-  staging.add(&p->x, false);
-  staging.add(&p->grad_h_in, false);
-  staging.add(&p->grad_x_post, false);
-  staging.add(&p->phi, false);
-  staging.add(&p->gamma, false);
-  staging.add(&p->grad_x, true);
+  staging.add(&p->x, View::stream_rows, false);
+  staging.add(&p->phi, View::matrix, false);
+  staging.add(&p->alpha, View::matrix, false);
+  staging.add(&p->grad_h_in, View::stream_rows, false);
+  staging.add(&p->grad_h_post, View::token_rows, false);
+  staging.add(&p->grad_h_res, View::token_rows, false);
+  staging.add(&p->inv_rms, View::token_rows, false);
+  staging.add(&p->h_mix, View::token_rows, false);
+  staging.add(&p->h_pre, View::token_rows, false);
+  staging.add(&p->h_post, View::token_rows, false);
+  staging.add(&p->gamma, View::matrix, false);
+  staging.add(&p->grad_x_post, View::stream_rows, false);
+  staging.add(&p->grad_x, View::stream_rows, true);
+  staging.add(&p->grad_phi, View::matrix, true);
+  staging.add(&p->grad_alpha, View::matrix, true);
+  staging.add(&p->grad_bias, View::matrix, true);
+  staging.add(&p->grad_gamma, View::matrix, true);
   return staging;
 }
 
-void run_phases(const kernels::PreBackwardKernels& kernels, const core::BackwardProblem& problem, const Plan& plan,
+kernels::BackwardOperands operands_of(const core::BackwardProblem& p) {
+  kernels::BackwardOperands o;
+  o.shape = shape_of(p);
+  o.hc_eps = p.hc_eps;
+  o.x = stream_rows<const void>(p.x);
+  o.phi = matrix<const float>(p.phi);
+  o.gamma = matrix<const float>(p.gamma);
+  o.alpha = static_cast<const float*>(p.alpha.data);
+  o.grad_h_in = stream_rows<const void>(p.grad_h_in);
+  o.grad_h_post = token_rows<const float>(p.grad_h_post);
+  o.grad_h_res = token_rows<const float>(p.grad_h_res);
+  o.inv_rms = token_rows<const float>(p.inv_rms);
+  o.h_mix = token_rows<const float>(p.h_mix);
+  o.h_pre = token_rows<const float>(p.h_pre);
+  o.h_post = token_rows<const float>(p.h_post);
+  o.grad_x_post = stream_rows<const void>(p.grad_x_post);
+  o.grad_x = stream_rows<void>(p.grad_x);
+  o.grad_phi = matrix<float>(p.grad_phi);
+  o.grad_gamma = matrix<float>(p.grad_gamma);
+  o.grad_alpha = static_cast<float*>(p.grad_alpha.data);
+  o.grad_bias = static_cast<float*>(p.grad_bias.data);
+  return o;
+}
+
+void run_phases(const kernels::PreBackwardKernels& kernels, const kernels::BackwardOperands& operands, const Plan& plan,
                 const Workspace& w) {
-  const core::Dims& d = problem.dims;
+  const kernels::PreShape& d = operands.shape;
   const kernels::BackwardBuffers& buffers = w.buffers;
   std::fill(buffers.phi_total[0], buffers.gamma_total[plan.lanes - 1] + d.K, 0.0f);
 
@@ -62,7 +99,7 @@ void run_phases(const kernels::PreBackwardKernels& kernels, const core::Backward
     int64_t i0, i1;
     share(plan.column_items, &i0, &i1);
     for (int64_t chunk = group; chunk < plan.chunks; chunk += groups) {
-      const kernels::BackwardStep step{&problem, &buffers, int(chunk % lanes), w.scratch(worker)};
+      const kernels::BackwardStep step{&operands, &buffers, int(chunk % lanes), w.scratch(worker)};
       const int64_t c0 = chunk * kernels::kTokensPerChunk, c1 = std::min(d.T, c0 + kernels::kTokensPerChunk);
       int64_t t0, t1;
       share(c1 - c0, &t0, &t1);
@@ -76,32 +113,33 @@ void run_phases(const kernels::PreBackwardKernels& kernels, const core::Backward
       }
     }
     barrier.arrive_and_wait();  // every lane's totals are complete
-    const kernels::BackwardStep step{&problem, &buffers, 0, w.scratch(worker)};
+    const kernels::BackwardStep step{&operands, &buffers, 0, w.scratch(worker)};
     const int64_t f0 = plan.column_items * worker / workers, f1 = plan.column_items * (worker + 1) / workers;
     for (int64_t i = f0; i < f1; ++i) kernels.finish_columns(step, plan.column_item(i, d.D));
   });
-  kernels.finish_sums({&problem, &buffers, 0, w.scratch(0)});
+  kernels.finish_sums({&operands, &buffers, 0, w.scratch(0)});
 }
 
 }  // namespace
 
 size_t workspace_bytes(const core::BackwardProblem& problem, int num_threads) {
   core::BackwardProblem staged = problem;
-  const Plan plan = make_plan(kernels_of(problem), problem, resolve_threads(num_threads));
+  const Plan plan = make_plan(kernels_of(problem), shape_of(problem), resolve_threads(num_threads));
   return staging_of(&staged).workspace_bytes(plan.workspace_bytes);
 }
 
 Status run(const core::BackwardProblem& original, void* workspace, size_t workspace_bytes, int num_threads) {
   const kernels::PreBackwardKernels& kernels = kernels_of(original);
   const int threads = resolve_threads(num_threads);
-  const Plan plan = make_plan(kernels, original, threads);
+  const Plan plan = make_plan(kernels, shape_of(original), threads);
   core::BackwardProblem problem = original;
   Staging staging = staging_of(&problem);
   if (Status s = workspace_error(staging.workspace_bytes(plan.workspace_bytes), workspace_bytes, workspace); !s.ok())
     return s;
   staging.gather(workspace, plan.workspace_bytes, threads);
-  if (kernels.serial) kernels.serial(problem);
-  else run_phases(kernels, problem, plan, lay_out(plan, problem.dims, workspace));
+  const kernels::BackwardOperands operands = operands_of(problem);
+  if (kernels.serial) kernels.serial(operands);
+  else run_phases(kernels, operands, plan, lay_out(plan, operands.shape, workspace));
   staging.scatter(threads);
   return {};
 }

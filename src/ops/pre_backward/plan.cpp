@@ -16,7 +16,7 @@ struct Offsets {
   int64_t phi_total[kernels::kLanes], gamma_total[kernels::kLanes], end;
 };
 
-Offsets offsets(const Plan& plan, const core::Dims& d) {
+Offsets offsets(const Plan& plan, const kernels::PreShape& d) {
   Offsets o{};
   int64_t at = 0;
   auto take = [&](int64_t floats) {
@@ -38,8 +38,7 @@ Offsets offsets(const Plan& plan, const core::Dims& d) {
 
 }  // namespace
 
-Plan make_plan(const kernels::PreBackwardKernels& kernels, const core::BackwardProblem& p, int threads) {
-  const core::Dims& d = p.dims;
+Plan make_plan(const kernels::PreBackwardKernels& kernels, const kernels::PreShape& d, int threads) {
   Plan plan;
   if (kernels.serial) return plan;  // the kernels run whole, with memory of their own
   plan.chunks = ceil_div(d.T, kernels::kTokensPerChunk);
@@ -49,12 +48,12 @@ Plan make_plan(const kernels::PreBackwardKernels& kernels, const core::BackwardP
   plan.threads = int(std::clamp<int64_t>(threads, 1, std::max<int64_t>(1, plan.column_items)));
   plan.scratch_floats = align16(kernels.scratch_floats(d));
   plan.lanes = int(std::clamp<int64_t>(plan.chunks, 1, kernels::kLanes));
-  plan.chunk_floats = align16(kernels.chunk_floats(p));
+  plan.chunk_floats = align16(kernels.chunk_floats(d));
   plan.workspace_bytes = size_t(offsets(plan, d).end) * sizeof(float);
   return plan;
 }
 
-Workspace lay_out(const Plan& plan, const core::Dims& d, void* workspace) {
+Workspace lay_out(const Plan& plan, const kernels::PreShape& d, void* workspace) {
   Workspace w;
   float* base = static_cast<float*>(workspace);
   if (base == nullptr) return w;

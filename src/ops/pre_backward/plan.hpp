@@ -7,7 +7,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/problem.hpp"
 #include "kernels/pre_backward.hpp"
 
 namespace mhc::ops::pre_backward {
@@ -36,7 +35,7 @@ struct Workspace {
   float* scratch(int worker) const { return scratch_base + worker * scratch_floats; }
 };
 
-Plan make_plan(const kernels::PreBackwardKernels& kernels, const core::BackwardProblem& problem, int threads);
-Workspace lay_out(const Plan& plan, const core::Dims& dims, void* workspace);
+Plan make_plan(const kernels::PreBackwardKernels& kernels, const kernels::PreShape& shape, int threads);
+Workspace lay_out(const Plan& plan, const kernels::PreShape& shape, void* workspace);
 
 }  // namespace mhc::ops::pre_backward

@@ -9,15 +9,15 @@ using kernels::align16;
 using kernels::ceil_div;
 using kernels::round_up;
 
-Plan make_plan(const kernels::PreForwardKernels& kernels, const core::ForwardProblem& p, int threads) {
+Plan make_plan(const kernels::PreForwardKernels& kernels, const kernels::PreShape& shape, int threads) {
   Plan plan;
-  const int64_t T = p.dims.T;
+  const int64_t T = shape.T;
   if (kernels.serial) {  // one item on the calling thread
     plan.item_tokens = std::max<int64_t>(T, 1);
     plan.items = T > 0 ? 1 : 0;
     return plan;
   }
-  const int64_t longest = kernels.item_tokens ? kernels.item_tokens(p) : kernels::kTokensPerItem;
+  const int64_t longest = kernels.item_tokens ? kernels.item_tokens(shape) : kernels::kTokensPerItem;
   // Shorter items (whole granules) for calls of fewer than kItems full items,
   // from T only, never from the thread count.
   const int64_t wanted = round_up(ceil_div(T, kItems), kItemGranule);
@@ -27,8 +27,8 @@ Plan make_plan(const kernels::PreForwardKernels& kernels, const core::ForwardPro
   // fewer items (decode: one token, one item).
   const int prepare_threads = std::max(1, threads);
   plan.threads = int(std::clamp<int64_t>(threads, 1, std::max<int64_t>(1, plan.items)));
-  plan.scratch_floats = align16(kernels.scratch_floats(p.dims));
-  const int64_t prepared = kernels.prepared_bytes ? kernels.prepared_bytes(p) : 0;
+  plan.scratch_floats = align16(kernels.scratch_floats(shape));
+  const int64_t prepared = kernels.prepared_bytes ? kernels.prepared_bytes(shape) : 0;
   plan.prepared_bytes = round_up(prepared, 64);
   plan.prepare_parts = prepared > 0 ? prepare_threads : 0;
   if (T > 0)

@@ -7,7 +7,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/problem.hpp"
 #include "kernels/pre_forward.hpp"
 
 namespace mhc::ops::pre_forward {
@@ -38,7 +37,7 @@ struct Workspace {
   float* scratch(int worker) const { return scratch_base + worker * scratch_floats; }
 };
 
-Plan make_plan(const kernels::PreForwardKernels& kernels, const core::ForwardProblem& problem, int threads);
+Plan make_plan(const kernels::PreForwardKernels& kernels, const kernels::PreShape& shape, int threads);
 Workspace lay_out(const Plan& plan, void* workspace);
 
 }  // namespace mhc::ops::pre_forward
