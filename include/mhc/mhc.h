@@ -57,11 +57,16 @@ typedef enum mhc_isa_id {
   MHC_ISA_PORTABLE = 4, MHC_ISA_REFERENCE = 5
 } mhc_isa_id;
 
+/* The operands of the matrix products (SPEC §7): fp32, or rounded to HF32 first
+   (CANN's opImplMode 1, torch_npu's inner_precise=1). */
+typedef enum mhc_matmul_precision { MHC_MATMUL_FP32 = 0, MHC_MATMUL_HF32 = 1 } mhc_matmul_precision;
+
 typedef struct mhc_options {
-  double norm_eps;     /* default 1e-6 */
-  double hc_eps;       /* default 1e-6 */
-  int32_t num_threads; /* 0: MHC_NUM_THREADS or all hardware threads */
-  int32_t isa;         /* mhc_isa_id; MHC_ISA_DEFAULT unless a call wants one family */
+  double norm_eps;          /* default 1e-6 */
+  double hc_eps;            /* default 1e-6 */
+  int32_t num_threads;      /* 0: MHC_NUM_THREADS or all hardware threads */
+  int32_t isa;              /* mhc_isa_id; MHC_ISA_DEFAULT unless a call wants one family */
+  int32_t matmul_precision; /* mhc_matmul_precision; default MHC_MATMUL_FP32 */
 } mhc_options;
 
 MHC_API mhc_options mhc_default_options(void);

@@ -86,11 +86,17 @@ enum class Isa : int32_t {
   reference = MHC_ISA_REFERENCE
 };
 
+// The operands of the matrix products (SPEC §7): fp32 (CANN's opImplMode 0), or
+// rounded to HF32 first (opImplMode 1, torch_npu's inner_precise=1); the products
+// and sums are fp32 either way.
+enum class MatmulPrecision : int32_t { fp32 = MHC_MATMUL_FP32, hf32 = MHC_MATMUL_HF32 };
+
 struct Options {
   double norm_eps = 1e-6;
   double hc_eps = 1e-6;
   int num_threads = 0;  // 0: MHC_NUM_THREADS if set, else all hardware threads
   Isa isa = Isa::automatic;  // a family this CPU cannot run is an error naming it
+  MatmulPrecision matmul_precision = MatmulPrecision::fp32;
 };
 
 // Forward MhcPre (SPEC §2). x is [B,S,N,D] or [T,N,D]; every per-token tensor

@@ -42,6 +42,10 @@ ISA_PORTABLE = 4
 ISA_REFERENCE = 5
 ISA_NAMES = ("amx", "avx512", "avx2", "portable", "reference")
 
+# enum mhc_matmul_precision
+MATMUL_FP32 = 0
+MATMUL_HF32 = 1
+
 
 class MhcTensor(ctypes.Structure):
     """struct mhc_tensor: a non-owning view, shape and strides in elements."""
@@ -63,6 +67,7 @@ class MhcOptions(ctypes.Structure):
         ("hc_eps", ctypes.c_double),
         ("num_threads", ctypes.c_int32),
         ("isa", ctypes.c_int32),  # mhc_isa_id; ISA_DEFAULT: the process default (set_isa)
+        ("matmul_precision", ctypes.c_int32),  # MATMUL_FP32 or MATMUL_HF32 (inner_precise)
     ]
 
 

@@ -49,6 +49,7 @@ struct Dims {
 struct ForwardProblem {
   Dims dims;
   Isa isa = Isa::reference;  // the kernel family that runs it (never automatic)
+  bool hf32 = false;         // the product's operands rounded to HF32 (SPEC §7)
   double norm_eps = 1e-6;
   double hc_eps = 1e-6;
   // inputs
@@ -69,6 +70,7 @@ struct ForwardProblem {
 struct BackwardProblem {
   Dims dims;
   Isa isa = Isa::reference;  // the kernel family that runs it (never automatic)
+  bool hf32 = false;         // the products' operands rounded to HF32 (SPEC §7)
   double hc_eps = 1e-6;
   // inputs
   Strided x;            // [B,S,N,D]

@@ -57,6 +57,7 @@ mhc::Options to_options(const mhc_options* o) {
     options.hc_eps = o->hc_eps;
     options.num_threads = o->num_threads;
     options.isa = mhc::Isa(o->isa);  // a value that names no family fails validation
+    options.matmul_precision = mhc::MatmulPrecision(o->matmul_precision);  // likewise
   }
   return options;
 }
@@ -74,7 +75,7 @@ int guarded(Fn fn) {
 
 extern "C" {
 
-mhc_options mhc_default_options(void) { return {1e-6, 1e-6, 0, MHC_ISA_DEFAULT}; }
+mhc_options mhc_default_options(void) { return {1e-6, 1e-6, 0, MHC_ISA_DEFAULT, MHC_MATMUL_FP32}; }
 
 int mhc_pre_forward(const mhc_tensor* x, const mhc_tensor* phi, const mhc_tensor* alpha,
                     const mhc_tensor* bias, const mhc_tensor* gamma, const mhc_tensor* h_in,

@@ -17,7 +17,7 @@ struct PreShape {
   int64_t T = 0;  // tokens
   int64_t N = 0, D = 0, K = 0;  // streams, columns, K = N * D
   int64_t F = 0, R = 0;         // rows of phi (2N + R), residual logits (0 with a two-entry alpha)
-  bool two_entry_alpha = false;  // alpha has 2 entries: no residual branch, h_post = 2 sigma + hc_eps
+  bool two_entry_alpha = false;  // alpha has 2 entries: no residual branch
   DType x_dtype = DType::fp32;   // x, h_in, grad_h_in, grad_x_post, grad_x
 };
 

@@ -171,4 +171,12 @@ Status check_threads(int num_threads) {
 
 Status check_isa(Isa requested, Isa* chosen) { return resolve_isa(requested, chosen); }
 
+Status check_matmul_precision(MatmulPrecision precision, bool* hf32) {
+  if (precision != MatmulPrecision::fp32 && precision != MatmulPrecision::hf32)
+    return value_error("matmul_precision", "expected MHC_MATMUL_FP32 (0) or MHC_MATMUL_HF32 (1), got " +
+                                               std::to_string(int32_t(precision)));
+  *hf32 = precision == MatmulPrecision::hf32;
+  return {};
+}
+
 }  // namespace mhc::ops

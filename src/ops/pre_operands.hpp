@@ -43,6 +43,8 @@ Status check_like_x(const char* name, const TensorView& v, const TokenSpace& spa
 std::vector<ShapeOption> residual_shapes(const TokenSpace& s);
 Status check_gamma(const char* name, const TensorView& gamma, const core::Dims& d);
 Status check_eps(const char* name, double value);
+// options.matmul_precision names a precision: whether the products take HF32 operands.
+Status check_matmul_precision(MatmulPrecision precision, bool* hf32);
 Status check_threads(int num_threads);
 // The kernel family of the call: options.isa, else the process default; one this
 // build or CPU cannot run is an error naming it.

@@ -16,6 +16,7 @@ TEST(CApi, DefaultOptions) {
   EXPECT_EQ(o.hc_eps, 1e-6);
   EXPECT_EQ(o.num_threads, 0);
   EXPECT_EQ(o.isa, MHC_ISA_DEFAULT);
+  EXPECT_EQ(o.matmul_precision, MHC_MATMUL_FP32);
 }
 
 // mhc_options.isa picks a family per call; a value that names none, or a family

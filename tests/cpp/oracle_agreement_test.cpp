@@ -143,7 +143,7 @@ GradXMagnitudes grad_x_magnitudes(const mhc::kernels::reference::BackwardInputs6
         branch = 0;
       } else if (f < 2 * d.N) {
         const double hp = in.h_post[t * d.N + f - d.N];
-        const double sg = d.two_entry_alpha ? (hp - in.hc_eps) / 2 : hp / 2;
+        const double sg = hp / 2;
         gz = in.grad_h_post[t * d.N + f - d.N] * 2 * sg * (1 - sg);
         gz_abs = std::fabs(gz);
         branch = 1;

@@ -61,9 +61,6 @@ std::vector<Rule> backward_rules() {
                  "grad_h_res: expected dtype fp32, got fp16"),
       null_rule("grad_h_res_missing_with_3_entry_alpha", B, base, [](Call& k) { k.bin.grad_h_res.reset(); },
                 "grad_h_res: required (alpha has 3 entries), got none"),
-      shape_rule("grad_h_res_given_with_2_entry_alpha", B, two,
-                 [&](Call& k) { k.bin.grad_h_res = k.add(DType::fp32, {2, 3, 4, 4}); },
-                 "grad_h_res: expected no tensor (alpha has 2 entries: no residual branch), got [2,3,4,4]"),
       // ---- the forward's caches and h_post
       shape_rule("inv_rms_trailing_1", B, base, [](Call& k) { k.bin.inv_rms = reshaped(k.bin.inv_rms, {2, 3, 1}); },
                  "inv_rms: expected [B,S]=[2,3], got [2,3,1]"),
@@ -100,6 +97,9 @@ std::vector<Rule> backward_rules() {
                  "hc_eps: expected a finite value >= 0, got nan"),
       value_rule("hc_eps_negative", B, base, [](Call& k) { k.options().hc_eps = -1.0; },
                  "hc_eps: expected a finite value >= 0, got -1.000000"),
+      value_rule("matmul_precision_negative", B, base,
+                 [](Call& k) { k.options().matmul_precision = mhc::MatmulPrecision(-1); },
+                 "matmul_precision: expected MHC_MATMUL_FP32 (0) or MHC_MATMUL_HF32 (1), got -1"),
       value_rule("num_threads_negative", B, base, [](Call& k) { k.options().num_threads = -3; },
                  "num_threads: expected >= 0, got -3"),
       // ---- outputs

@@ -106,6 +106,7 @@ inline mhc_options to_c(const mhc::Options& o) {
   c.hc_eps = o.hc_eps;
   c.num_threads = o.num_threads;
   c.isa = int32_t(o.isa);
+  c.matmul_precision = int32_t(o.matmul_precision);
   return c;
 }
 

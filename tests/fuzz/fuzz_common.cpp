@@ -850,13 +850,7 @@ void check_accepted_backward(Case& c, const Arena& arena, bool rerun) {
       const double s = std::fabs(h_pre[t * N + n]) + eps;
       m_gz[n] = g_pre * s * (1 + s);
       const double hp = std::fabs(h_post[t * N + n]);
-      double post_factor;
-      if (d.two_entry_alpha) {
-        const double sg = (hp + eps) / 2;
-        post_factor = 2 * sg * (1 + sg);
-      } else {
-        post_factor = hp * (1 + hp / 2);
-      }
+      const double post_factor = hp * (1 + hp / 2);
       m_gz[N + n] = std::fabs(ghpost[t * N + n]) * post_factor;
       overflow = overflow || s * (1 + s) > kFp32Max || post_factor > kFp32Max;
     }

@@ -26,12 +26,10 @@ def forward64(x, phi, alpha, bias, gamma=None, norm_eps=1e-6, hc_eps=1e-6):
     alpha = alpha.to(F64)
     bias = bias.to(F64)
     h_pre = torch.sigmoid(alpha[0] * w[:, :n] + bias[:n]) + hc_eps
-    s_post = torch.sigmoid(alpha[1] * w[:, n:2 * n] + bias[n:2 * n])
-    if alpha.numel() == 2:  # no residual branch, and hc_eps joins h_post (SPEC §6)
-        h_post = 2.0 * s_post + hc_eps
+    h_post = 2.0 * torch.sigmoid(alpha[1] * w[:, n:2 * n] + bias[n:2 * n])
+    if alpha.numel() == 2:  # no residual branch (SPEC §6)
         h_res = None
     else:
-        h_post = 2.0 * s_post
         rr = f - 2 * n
         h_res = alpha[2] * w[:, 2 * n:] + bias[2 * n:]
         h_res = h_res.reshape(lead + ((n, n) if rr == n * n else (rr,)))
@@ -78,12 +76,10 @@ def backward_terms64(x, phi, alpha, bias, gamma, norm_eps, hc_eps, grad_h_in, gr
         a = alpha.to(F64)
         s = h_pre - hc_eps
         gz_pre = (v * gh_in[:, None, :]).sum(dim=2) * s * (1 - s)
+        gz_post = grad_h_post.to(F64).reshape(nt, n) * h_post * (1 - h_post / 2)
         if a.numel() == 2:
-            sp = (h_post - hc_eps) / 2
-            gz_post = grad_h_post.to(F64).reshape(nt, n) * 2 * sp * (1 - sp)
             gw = torch.cat([a[0] * gz_pre, a[1] * gz_post], dim=1)
         else:
-            gz_post = grad_h_post.to(F64).reshape(nt, n) * h_post * (1 - h_post / 2)
             gz_res = grad_h_res.to(F64).reshape(nt, -1)
             gw = torch.cat([a[0] * gz_pre, a[1] * gz_post, a[2] * gz_res], dim=1)
         big_g = r[:, None] * gw

@@ -77,7 +77,7 @@ def test_no_grad_inputs_give_no_graph():
 
 
 def test_non_default_eps_reach_both_operators():
-    """hc_eps enters h_pre (and h_post for a two-entry alpha) and the backward's sigma."""
+    """hc_eps enters h_pre and the backward's sigma, with either alpha."""
     for form in ("square", "two_entry"):
         case = {"N": 4, "D": 32, "T": 6, "layout": "TND", "dtype": "fp32", "gamma": True,
                 "grad_x_post": False, "form": form}

@@ -29,13 +29,12 @@ inline float forward_token_finish(const ForwardOperands& o, int64_t t, float sum
   const float alpha_pre = o.alpha[0], alpha_post = o.alpha[1];
   const float alpha_res = d.two_entry_alpha ? 0.0f : o.alpha[2];
   const float hc_eps = float(o.hc_eps);
-  const float post_eps = d.two_entry_alpha ? hc_eps : 0.0f;
   const float r = 1.0f / std::sqrt(sum_sq / float(d.K) + float(o.norm_eps));
   float* h_post = o.h_post.at(t);
   for (int64_t n = 0; n < d.N; ++n) {
     h_pre[n] = sigmoid(alpha_pre * (r * m[n]) + o.bias[n]) + hc_eps;
     const float z_post = alpha_post * (r * m[d.N + n]) + o.bias[d.N + n];
-    h_post[n] = 2.0f * sigmoid(z_post) + post_eps;
+    h_post[n] = 2.0f * sigmoid(z_post);  // with either alpha (SPEC §6)
   }
   if (d.R > 0) {
     float* h_res = o.h_res.at(t);
@@ -63,12 +62,7 @@ inline void backward_token_finish(const BackwardOperands& o, int64_t t, const fl
   for (int64_t n = 0; n < d.N; ++n) {
     const float s = h_pre[n] - hc_eps;  // sigma(z_pre)
     gz[n] = g_pre[n] * s * (1.0f - s);
-    if (d.two_entry_alpha) {  // h_post = 2 sigma + hc_eps
-      const float sg = (h_post[n] - hc_eps) * 0.5f;
-      gz[d.N + n] = grad_h_post[n] * (2.0f * sg * (1.0f - sg));
-    } else {  // h_post = 2 sigma
-      gz[d.N + n] = grad_h_post[n] * h_post[n] * (1.0f - h_post[n] * 0.5f);
-    }
+    gz[d.N + n] = grad_h_post[n] * h_post[n] * (1.0f - h_post[n] * 0.5f);  // h_post = 2 sigma
   }
   if (d.R > 0) std::memcpy(gz + 2 * d.N, o.grad_h_res.at(t), size_t(d.R) * sizeof(float));
 

@@ -36,12 +36,7 @@ BackwardOutputs64 backward(const BackwardInputs64& in) {
       const double s = in.h_pre[t * N + n] - in.hc_eps;  // sigma(z_pre)
       gz[n] = g_pre * s * (1.0 - s);
       const double h_post = in.h_post[t * N + n], grad_post = in.grad_h_post[t * N + n];
-      if (d.two_entry_alpha) {  // h_post = 2 sigma + hc_eps
-        const double sg = (h_post - in.hc_eps) / 2.0;
-        gz[N + n] = grad_post * 2.0 * sg * (1.0 - sg);
-      } else {  // h_post = 2 sigma
-        gz[N + n] = grad_post * h_post * (1.0 - h_post / 2.0);
-      }
+      gz[N + n] = grad_post * h_post * (1.0 - h_post / 2.0);  // h_post = 2 sigma, with either alpha
     }
     for (int64_t i = 0; i < R; ++i) gz[2 * N + i] = in.grad_h_res[t * R + i];
 

@@ -37,8 +37,7 @@ ForwardOutputs64 forward(const ForwardInputs64& in) {
     }
     for (int64_t n = 0; n < N; ++n) {
       out.h_pre[t * N + n] = sigmoid(alpha_pre * r * m[n] + in.bias[n]) + in.hc_eps;
-      out.h_post[t * N + n] = 2.0 * sigmoid(alpha_post * r * m[N + n] + in.bias[N + n]) +
-                              (d.two_entry_alpha ? in.hc_eps : 0.0);
+      out.h_post[t * N + n] = 2.0 * sigmoid(alpha_post * r * m[N + n] + in.bias[N + n]);
     }
     for (int64_t i = 0; i < R; ++i)
       out.h_res[t * R + i] = alpha_res * r * m[2 * N + i] + in.bias[2 * N + i];

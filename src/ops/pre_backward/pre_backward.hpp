@@ -9,8 +9,13 @@
 
 namespace mhc::ops::pre_backward {
 
+// What a face asks of validation besides SPEC's tensors.
+struct Rules {
+  bool eps_values = true;  // eps finite and >= 0 (the aclnn face: CANN checks no eps value)
+};
+
 Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out, const Options& options,
-                core::BackwardProblem* problem);
+                core::BackwardProblem* problem, const Rules& rules = {});
 size_t workspace_bytes(const core::BackwardProblem& problem, int num_threads = 0);
 Status run(const core::BackwardProblem& problem, void* workspace, size_t workspace_bytes, int num_threads);
 

@@ -1,5 +1,6 @@
 // MhcPreBackward's validation: every tensor of SPEC §4 checked, in argument
 // order, into a problem descriptor. Nothing here writes memory that belongs to the caller.
+#include <optional>
 #include <vector>
 
 #include "ops/pre_backward/pre_backward.hpp"
@@ -7,19 +8,19 @@
 
 namespace mhc::ops::pre_backward {
 
-Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out,
-                         const Options& options, core::BackwardProblem* p) {
+Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out, const Options& options,
+                core::BackwardProblem* p, const Rules& rules) {
   TokenSpace s;
   MHC_RETURN_IF_ERROR(check_x("x", in.x, &s));
   core::Dims& d = s.dims;
   MHC_RETURN_IF_ERROR(check_phi_alpha("phi", in.phi, "alpha", in.alpha, &d));
   MHC_RETURN_IF_ERROR(check_like_x("grad_h_in", in.grad_h_in, s, s.shape({"D"}, {d.D})));
   MHC_RETURN_IF_ERROR(check_fp32("grad_h_post", in.grad_h_post, {s.shape({"N"}, {d.N})}));
-  if (d.two_entry_alpha && in.grad_h_res)
-    return shape_error("grad_h_res", "no tensor (alpha has 2 entries: no residual branch)", *in.grad_h_res);
-  if (!d.two_entry_alpha && !in.grad_h_res)
-    return null_error("grad_h_res", "required (alpha has 3 entries), got none");
-  if (in.grad_h_res) MHC_RETURN_IF_ERROR(check_fp32("grad_h_res", *in.grad_h_res, residual_shapes(s)));
+  // With a two-entry alpha there is no residual branch: a grad_h_res given is
+  // not read and not checked (SPEC §6).
+  const std::optional<TensorView> grad_h_res = d.two_entry_alpha ? std::nullopt : in.grad_h_res;
+  if (!d.two_entry_alpha && !grad_h_res) return null_error("grad_h_res", "required (alpha has 3 entries), got none");
+  if (grad_h_res) MHC_RETURN_IF_ERROR(check_fp32("grad_h_res", *grad_h_res, residual_shapes(s)));
   MHC_RETURN_IF_ERROR(check_fp32("inv_rms", in.inv_rms, {s.shape({}, {})}));
   MHC_RETURN_IF_ERROR(check_fp32("h_mix", in.h_mix, {s.shape({"F"}, {d.F})}));
   MHC_RETURN_IF_ERROR(check_fp32("h_pre", in.h_pre, {s.shape({"N"}, {d.N})}));
@@ -27,8 +28,10 @@ Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out,
   if (in.gamma) MHC_RETURN_IF_ERROR(check_gamma("gamma", *in.gamma, d));
   const ShapeOption x_shape = s.shape({"N", "D"}, {d.N, d.D});
   if (in.grad_x_post) MHC_RETURN_IF_ERROR(check_like_x("grad_x_post", *in.grad_x_post, s, x_shape));
-  MHC_RETURN_IF_ERROR(check_eps("hc_eps", options.hc_eps));
+  if (rules.eps_values) MHC_RETURN_IF_ERROR(check_eps("hc_eps", options.hc_eps));
   MHC_RETURN_IF_ERROR(check_threads(options.num_threads));
+  bool hf32 = false;
+  MHC_RETURN_IF_ERROR(check_matmul_precision(options.matmul_precision, &hf32));
 
   MHC_RETURN_IF_ERROR(check_like_x("grad_x", out.grad_x, s, x_shape));
   MHC_RETURN_IF_ERROR(check_fp32("grad_phi", out.grad_phi, {{{d.F, d.K}, label({"F", "K"}, {d.F, d.K})}}));
@@ -45,7 +48,7 @@ Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out,
                                {"grad_h_in", &in.grad_h_in}, {"grad_h_post", &in.grad_h_post},
                                {"inv_rms", &in.inv_rms}, {"h_mix", &in.h_mix},
                                {"h_pre", &in.h_pre}, {"h_post", &in.h_post}};
-  if (in.grad_h_res) inputs.push_back({"grad_h_res", &*in.grad_h_res});
+  if (grad_h_res) inputs.push_back({"grad_h_res", &*grad_h_res});
   if (in.gamma) inputs.push_back({"gamma", &*in.gamma});
   if (in.grad_x_post) inputs.push_back({"grad_x_post", &*in.grad_x_post});
   std::vector<Named> outputs = {{"grad_x", &out.grad_x}, {"grad_phi", &out.grad_phi},
@@ -60,13 +63,14 @@ Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out,
   core::BackwardProblem problem;
   problem.dims = d;
   problem.isa = isa;
+  problem.hf32 = hf32;
   problem.hc_eps = options.hc_eps;
   problem.x = s.resolve(in.x);
   problem.phi = resolve_plain_tensor(in.phi);
   problem.alpha = resolve_plain_tensor(in.alpha);
   problem.grad_h_in = s.resolve(in.grad_h_in);
   problem.grad_h_post = s.resolve(in.grad_h_post);
-  if (in.grad_h_res) problem.grad_h_res = s.resolve(*in.grad_h_res);
+  if (grad_h_res) problem.grad_h_res = s.resolve(*grad_h_res);
   problem.inv_rms = s.resolve(in.inv_rms);
   problem.h_mix = s.resolve(in.h_mix);
   problem.h_pre = s.resolve(in.h_pre);

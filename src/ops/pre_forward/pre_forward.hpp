@@ -10,8 +10,13 @@
 
 namespace mhc::ops::pre_forward {
 
+// What a face asks of validation besides SPEC's tensors.
+struct Rules {
+  bool eps_values = true;  // eps finite and >= 0 (the aclnn face: CANN checks no eps value)
+};
+
 Status validate(const PreForwardInputs& in, const PreForwardOutputs& out, const Options& options,
-                core::ForwardProblem* problem);
+                core::ForwardProblem* problem, const Rules& rules = {});
 // Bytes of workspace run() needs at this thread count (<= 0: the default count); may be 0.
 size_t workspace_bytes(const core::ForwardProblem& problem, int num_threads = 0);
 // `workspace`: workspace_bytes(problem, num_threads) bytes aligned to 64 (nullptr when 0).

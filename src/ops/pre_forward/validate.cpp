@@ -1,5 +1,6 @@
 // MhcPre's validation: every tensor of SPEC §4 checked, in argument order, into
 // a problem descriptor. Nothing here writes memory that belongs to the caller.
+#include <optional>
 #include <vector>
 
 #include "ops/pre_forward/pre_forward.hpp"
@@ -7,25 +8,29 @@
 
 namespace mhc::ops::pre_forward {
 
-Status validate(const PreForwardInputs& in, const PreForwardOutputs& out,
-                        const Options& options, core::ForwardProblem* p) {
+Status validate(const PreForwardInputs& in, const PreForwardOutputs& out, const Options& options,
+                core::ForwardProblem* p, const Rules& rules) {
   TokenSpace s;
   MHC_RETURN_IF_ERROR(check_x("x", in.x, &s));
   core::Dims& d = s.dims;
   MHC_RETURN_IF_ERROR(check_phi_alpha("phi", in.phi, "alpha", in.alpha, &d));
   MHC_RETURN_IF_ERROR(check_fp32("bias", in.bias, {{{d.F}, label({"F"}, {d.F})}}));
   if (in.gamma) MHC_RETURN_IF_ERROR(check_gamma("gamma", *in.gamma, d));
-  MHC_RETURN_IF_ERROR(check_eps("norm_eps", options.norm_eps));
-  MHC_RETURN_IF_ERROR(check_eps("hc_eps", options.hc_eps));
+  if (rules.eps_values) {
+    MHC_RETURN_IF_ERROR(check_eps("norm_eps", options.norm_eps));
+    MHC_RETURN_IF_ERROR(check_eps("hc_eps", options.hc_eps));
+  }
   MHC_RETURN_IF_ERROR(check_threads(options.num_threads));
+  bool hf32 = false;
+  MHC_RETURN_IF_ERROR(check_matmul_precision(options.matmul_precision, &hf32));
 
   MHC_RETURN_IF_ERROR(check_like_x("h_in", out.h_in, s, s.shape({"D"}, {d.D})));
   MHC_RETURN_IF_ERROR(check_fp32("h_post", out.h_post, {s.shape({"N"}, {d.N})}));
-  if (d.two_entry_alpha && out.h_res)
-    return shape_error("h_res", "no tensor (alpha has 2 entries: no residual branch)", *out.h_res);
-  if (!d.two_entry_alpha && !out.h_res)
-    return null_error("h_res", "required (alpha has 3 entries), got none");
-  if (out.h_res) MHC_RETURN_IF_ERROR(check_fp32("h_res", *out.h_res, residual_shapes(s)));
+  // With a two-entry alpha there is no residual branch: an h_res given is left
+  // untouched and not checked (SPEC §6, as CANN's forward).
+  const std::optional<TensorView> h_res = d.two_entry_alpha ? std::nullopt : out.h_res;
+  if (!d.two_entry_alpha && !h_res) return null_error("h_res", "required (alpha has 3 entries), got none");
+  if (h_res) MHC_RETURN_IF_ERROR(check_fp32("h_res", *h_res, residual_shapes(s)));
   const int caches = int(bool(out.inv_rms)) + int(bool(out.h_mix)) + int(bool(out.h_pre));
   if (caches != 0 && caches != 3) {
     const char* missing = !out.inv_rms ? "inv_rms" : !out.h_mix ? "h_mix" : "h_pre";
@@ -40,7 +45,7 @@ Status validate(const PreForwardInputs& in, const PreForwardOutputs& out,
   std::vector<Named> inputs = {{"x", &in.x}, {"phi", &in.phi}, {"alpha", &in.alpha}, {"bias", &in.bias}};
   if (in.gamma) inputs.push_back({"gamma", &*in.gamma});
   std::vector<Named> outputs = {{"h_in", &out.h_in}, {"h_post", &out.h_post}};
-  if (out.h_res) outputs.push_back({"h_res", &*out.h_res});
+  if (h_res) outputs.push_back({"h_res", &*h_res});
   if (caches == 3) {
     outputs.push_back({"inv_rms", &*out.inv_rms});
     outputs.push_back({"h_mix", &*out.h_mix});
@@ -54,6 +59,7 @@ Status validate(const PreForwardInputs& in, const PreForwardOutputs& out,
   core::ForwardProblem problem;
   problem.dims = d;
   problem.isa = isa;
+  problem.hf32 = hf32;
   problem.norm_eps = options.norm_eps;
   problem.hc_eps = options.hc_eps;
   problem.x = s.resolve(in.x);
@@ -63,7 +69,7 @@ Status validate(const PreForwardInputs& in, const PreForwardOutputs& out,
   if (in.gamma) problem.gamma = resolve_plain_tensor(*in.gamma);
   problem.h_in = s.resolve(out.h_in);
   problem.h_post = s.resolve(out.h_post);
-  if (out.h_res) problem.h_res = s.resolve(*out.h_res);
+  if (h_res) problem.h_res = s.resolve(*h_res);
   if (caches == 3) {
     problem.inv_rms = s.resolve(*out.inv_rms);
     problem.h_mix = s.resolve(*out.h_mix);
