@@ -62,7 +62,7 @@ void strip_block(benchmark::State& state, const Microkernels* m, int rows, bool 
   for (int r = 0; r < rows; ++r) phi_rows[static_cast<size_t>(r)] = phi.data + r * L;
   for (auto _ : state) {
     m->strip_block(rows, last, DType::bf16, G.data, F, tokens, 0, phi_rows.data(), v.data(), L + 32, gu.data, false, L,
-                   totals.data, L, c.data, gamma.data, gamma_total.data);
+                   totals.data, L, c.data, gamma.data, gamma_total.data, nullptr);
     benchmark::DoNotOptimize(gu.data);
   }
   state.counters["flops"] = benchmark::Counter(double(4 * tokens * rows * L) * double(state.iterations()),
@@ -91,6 +91,17 @@ void weighted_rows(benchmark::State& state, const Microkernels* m) {
   }
   state.counters["bytes"] = benchmark::Counter(double((N + 1) * D * 2) * double(state.iterations()),
                                                benchmark::Counter::kIsRate);
+}
+
+// RoundHf32/<target>: a row of 4096 fp32 values rounded to HF32 in place.
+void round_hf32(benchmark::State& state, const Microkernels* m) {
+  const int64_t count = 4096;
+  Floats values(static_cast<size_t>(count), 1.2345f);
+  for (auto _ : state) {
+    m->round_hf32(values.data, count);
+    benchmark::DoNotOptimize(values.data);
+  }
+  state.counters["bytes"] = benchmark::Counter(double(count * 8) * double(state.iterations()), benchmark::Counter::kIsRate);
 }
 
 // PortableDot/4096: the portable family's 16-lane dot.
@@ -212,6 +223,7 @@ int main(int argc, char** argv) {
             strip_block, m, rows, last);
     benchmark::RegisterBenchmark(("ScaleRow/" + t + "/bf16").c_str(), scale_row, m);
     benchmark::RegisterBenchmark(("WeightedRows/" + t + "/bf16").c_str(), weighted_rows, m);
+    benchmark::RegisterBenchmark(("RoundHf32/" + t).c_str(), round_hf32, m);
   }
   benchmark::RegisterBenchmark("PortableDot/4096", portable_dot);
 #if defined(MHC_WITH_AMX)

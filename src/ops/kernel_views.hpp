@@ -38,9 +38,9 @@ kernels::Matrix<Float> matrix(const core::Strided& s) {
   return {static_cast<Float*>(s.data), s.stride[2]};
 }
 
-inline kernels::PreShape shape_of(const core::Dims& d, DType x_dtype) {
+inline kernels::PreShape shape_of(const core::Dims& d, DType x_dtype, bool hf32) {
   return {.T = d.T, .N = d.N, .D = d.D, .K = d.K, .F = d.F, .R = d.R,
-          .two_entry_alpha = d.two_entry_alpha, .x_dtype = x_dtype};
+          .two_entry_alpha = d.two_entry_alpha, .x_dtype = x_dtype, .hf32 = hf32};
 }
 
 }  // namespace mhc::ops

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "kernels/common/hf32.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace mhc::ops {
@@ -21,8 +22,9 @@ core::Strided contiguous(const core::Strided& s, void* data) {
   return c;
 }
 
-// Every element of `from` copied to `to` (same shape), outer rows split over the threads.
-void copy(const core::Strided& from, const core::Strided& to, int threads) {
+// Every element of `from` copied to `to` (same shape), outer rows split over the
+// threads; fp32 values rounded on the way when asked.
+void copy(const core::Strided& from, const core::Strided& to, int threads, Rounding rounding = Rounding::none) {
   const int64_t rows = from.shape[0] * from.shape[1] * from.shape[2], size = core::element_size(from.dtype);
   const char* src = static_cast<const char*>(from.data);
   char* dst = static_cast<char*>(to.data);
@@ -34,14 +36,16 @@ void copy(const core::Strided& from, const core::Strided& to, int threads) {
     for (int64_t i3 = 0; i3 < from.shape[3]; ++i3)
       std::memcpy(dst + (dst_row + i3 * to.stride[3]) * size, src + (src_row + i3 * from.stride[3]) * size,
                   size_t(size));
+    if (rounding == Rounding::hf32)
+      kernels::common::round_hf32(reinterpret_cast<float*>(dst) + dst_row, from.shape[3]);
   });
 }
 
 }  // namespace
 
-void Staging::add(core::Strided* tensor, View view, bool output) {
-  if (!tensor->present() || fits(*tensor, view)) return;
-  entries_.push_back({tensor, *tensor, output, bytes_});
+void Staging::add(core::Strided* tensor, View view, bool output, Rounding rounding) {
+  if (!tensor->present() || (fits(*tensor, view) && rounding == Rounding::none)) return;
+  entries_.push_back({tensor, *tensor, output, rounding, bytes_});
   const size_t size = size_t(elements(*tensor)) * size_t(core::element_size(tensor->dtype));
   bytes_ += (size + 63) / 64 * 64;
 }
@@ -51,7 +55,7 @@ void Staging::gather(void* workspace, size_t plan_bytes, int threads) {
   char* base = static_cast<char*>(workspace) + copies_offset(plan_bytes);
   for (Entry& e : entries_) {
     *e.tensor = contiguous(e.original, base + e.offset);
-    if (!e.output) copy(e.original, *e.tensor, threads);
+    if (!e.output) copy(e.original, *e.tensor, threads, e.rounding);
   }
 }
 

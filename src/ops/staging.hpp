@@ -2,7 +2,8 @@
 // not unit-stride, tokens not at a uniform stride) are gathered once per call
 // into contiguous copies in the workspace, and such outputs are computed into
 // contiguous buffers and scattered afterwards. Values move as raw elements: the
-// bits are those of a contiguous call.
+// bits are those of a contiguous call. A tensor may also be staged to be
+// rounded (HF32 operands), whatever its layout.
 #pragma once
 
 #include <cstddef>
@@ -14,10 +15,13 @@
 
 namespace mhc::ops {
 
+enum class Rounding { none, hf32 };
+
 class Staging {
  public:
-  // Registers a tensor of the problem (absent ones, and those that fit `view`, are skipped).
-  void add(core::Strided* tensor, View view, bool output);
+  // Registers a tensor of the problem (absent ones, and those that fit `view`
+  // and need no rounding, are skipped). Rounding applies to fp32 inputs.
+  void add(core::Strided* tensor, View view, bool output, Rounding rounding = Rounding::none);
   // The workspace of a call whose plan needs plan_bytes: the plan's region, then
   // the staged copies (64-byte aligned each).
   size_t workspace_bytes(size_t plan_bytes) const {
@@ -36,6 +40,7 @@ class Staging {
     core::Strided* tensor;
     core::Strided original;
     bool output;
+    Rounding rounding;
     size_t offset;
   };
   std::vector<Entry> entries_;

@@ -2,7 +2,8 @@
 // order, bitwise: per row r, sums[r] = fused G[t][r] v[t] over t ascending, added
 // once to totals[r]; gu of a token = its entry value (zero for the first block)
 // plus the even rows' fused chain plus the odd rows'; the last block adds
-// fused v*gu per token to the strip's sum and leaves y = c v + gamma gu.
+// fused v*gu per token to the strip's sum and leaves y = c v + gamma gu. With a
+// u tile (HF32 calls) the sums of G take u instead of v; nothing else changes.
 #include "core/dtype.hpp"
 #include "targets.hpp"
 
@@ -14,6 +15,7 @@ struct StripBlockCase {
   bool last, first;
   DType dtype;
   int64_t tokens, width;
+  bool u_tile = false;
 };
 
 void run_case(const Microkernels& m, const StripBlockCase& c, uint64_t seed) {
@@ -33,7 +35,10 @@ void run_case(const Microkernels& m, const StripBlockCase& c, uint64_t seed) {
     mhc::core::store_element(v_store.data(), c.dtype, i, rng.uniform(-2, 2));
     v32[size_t(i)] = mhc::core::load_element(v_store.data(), c.dtype, i);
   }
-  AlignedFloats gu(size_t(c.tokens * m.token_floats));
+  AlignedFloats gu(size_t(c.tokens * m.token_floats)), u(size_t(c.tokens * m.token_floats));
+  for (float& v : u) v = rng.uniform(-2, 2);
+  // What the sums of G take: v, or the u tile.
+  auto operand = [&](int64_t t, int64_t l) { return c.u_tile ? u[size_t(t * m.token_floats + l)] : v32[size_t(t * v_row + l)]; };
   std::vector<float> totals(size_t((f0 + c.rows) * total_stride)), gamma_total(static_cast<size_t>(L));
   for (float& v : gu) v = rng.uniform(-1, 1);
   for (float& v : totals) v = rng.uniform(-1, 1);
@@ -61,14 +66,15 @@ void run_case(const Microkernels& m, const StripBlockCase& c, uint64_t seed) {
     if (l < c.width) {
       for (int r = 0; r < c.rows; ++r) {
         float sum = 0.0f;
-        for (int64_t t = 0; t < c.tokens; ++t) sum = std::fma(G[size_t(t * F + f0 + r)], v32[size_t(t * v_row + l)], sum);
+        for (int64_t t = 0; t < c.tokens; ++t) sum = std::fma(G[size_t(t * F + f0 + r)], operand(t, l), sum);
         want_totals[size_t((f0 + r) * total_stride + l)] += sum;
       }
       if (c.last) want_gamma_total[size_t(l)] += gamma_sum;
     }
   }
   m.strip_block(c.rows, c.last, c.dtype, G.data(), F, c.tokens, f0, phi_rows.data(), v_store.data(), v_row, gu.data(),
-                c.first, c.width, totals.data(), total_stride, c_chunk.data(), gamma.data(), gamma_total.data());
+                c.first, c.width, totals.data(), total_stride, c_chunk.data(), gamma.data(), gamma_total.data(),
+                c.u_tile ? u.data() : nullptr);
   for (size_t i = 0; i < gu.size(); ++i) {
     if (int64_t(i % size_t(m.token_floats)) >= L) continue;  // the tile's padding is not the kernel's
     ASSERT_EQ(bits(gu[i]), bits(want_gu[i])) << "gu " << i;
@@ -87,6 +93,14 @@ TEST(StripBlock, EveryRowCountFollowsItsOrder) {
                        mhc::core::dtype_name(dtype));
           run_case(*m, {rows, last, rows % 2 == 1, dtype, 37, m->lanes}, uint64_t(rows * 4 + last));
         }
+  }
+}
+
+TEST(StripBlock, AUTileIsWhatTheSumsOfGTake) {
+  MHC_FOR_EACH_SIMD_TARGET(m) {
+    for (int rows : {1, m->block_rows})
+      for (bool last : {false, true})
+        run_case(*m, {rows, last, true, DType::fp16, 29, m->lanes, true}, uint64_t(100 + rows + last));
   }
 }
 

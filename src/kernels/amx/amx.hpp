@@ -22,7 +22,7 @@ inline constexpr int64_t kItemXBytes = int64_t(8) << 20;
 // Whether the forward of a call of this shape runs on tiles (the registry entry's
 // applies hook; other calls run on the avx512 tables), from dtypes and dims only:
 // bf16 x with F <= 96, fp16 x with F <= 80 (the C tiles of 16 tokens, the A
-// tiles of x's parts and a B tile fit the eight tiles).
+// tiles of x's parts and a B tile fit the eight tiles), fp32 operands (not HF32).
 bool forward_uses_tiles(const PreShape& d);
 
 int64_t forward_item_tokens(const PreShape& d);

@@ -344,7 +344,7 @@ int64_t prepared_floats(const PreShape& d) {
 
 // bf16 x with F <= 96, fp16 x (two parts: one A tile more) with F <= 80.
 bool forward_uses_tiles(const PreShape& d) {
-  if (d.K == 0) return false;
+  if (d.K == 0 || d.hf32) return false;
   if (d.x_dtype == DType::bf16) return d.F <= 16 * kMaxFTiles;
   return d.x_dtype == DType::fp16 && d.F <= 16 * (kMaxFTiles - 1);
 }

@@ -12,8 +12,10 @@ void finish_columns_scalar(const BackwardStep& step, const ColumnItem& item) {
   const int lanes = b.lanes;
   for (int64_t j = item.d0; j < item.d1; ++j) {
     const int64_t k = item.n * d.D + j;
-    const float gamma = o.gamma.present() ? o.gamma.row(item.n)[j] : 1.0f;
-    for (int64_t f = 0; f < d.F; ++f) {  // grad_phi = P * gamma, P = sum_t G_t v_t^T (the lanes' totals, in lane order)
+    // grad_phi = P * gamma, P = sum_t G_t v_t^T (the lanes' totals, in lane order);
+    // HF32 calls: P, whose sums took u = v * gamma.
+    const float gamma = o.gamma.present() && !d.hf32 ? o.gamma.row(item.n)[j] : 1.0f;
+    for (int64_t f = 0; f < d.F; ++f) {
       float P = b.phi_total[0][f * d.K + k];
       for (int lane = 1; lane < lanes; ++lane) P += b.phi_total[lane][f * d.K + k];
       o.grad_phi.row(f)[k] = P * gamma;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/common/hf32.hpp"
 #include "kernels/pre_backward.hpp"
 #include "kernels/pre_forward.hpp"
 
@@ -48,7 +49,8 @@ inline float forward_token_finish(const ForwardOperands& o, int64_t t, float sum
   return r;
 }
 
-// Backward, token t: from g_pre[N] (= dL/dh_pre), the token's G[F] = dL/dm,
+// Backward, token t: from g_pre[N] (= dL/dh_pre), the token's G[F] = dL/dm
+// (HF32-rounded for an HF32 call: G is only an operand of the products),
 // gz[F] = dL/dz, c and grad_alpha terms[3].
 inline void backward_token_finish(const BackwardOperands& o, int64_t t, const float* g_pre, float* G, float* gz,
                                   float* c, float* alpha_terms_out) {
@@ -71,7 +73,7 @@ inline void backward_token_finish(const BackwardOperands& o, int64_t t, const fl
     const int branch = f < d.N ? 0 : f < 2 * d.N ? 1 : 2;
     const float m = h_mix[f];
     const float gw = alpha[branch] * gz[f];  // dL/dw
-    G[f] = r * gw;                           // dL/dm
+    G[f] = d.hf32 ? round_hf32(r * gw) : r * gw;  // dL/dm
     g_r_lanes[f % 16] += gw * m;
     alpha_terms[branch] += gz[f] * (r * m);
   }

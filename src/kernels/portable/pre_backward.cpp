@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/common/hf32.hpp"
 #include "kernels/common/token_math.hpp"
 #include "kernels/tables.hpp"
 #include "kernels/portable/blocked_sum.hpp"
@@ -48,7 +49,7 @@ void backward_columns(const BackwardStep& step, int64_t t0, int64_t t1, const Co
   float* phi_partial = step.scratch;
   float* gamma_partial = phi_partial + d.F * width;
 
-  float v[kColumnsPerItem], gu[kColumnsPerItem], gamma[kColumnsPerItem];
+  float v[kColumnsPerItem], u[kColumnsPerItem], gu[kColumnsPerItem], gamma[kColumnsPerItem];
   for (int64_t i = 0; i < width; ++i)
     gamma[i] = o.gamma.present() ? o.gamma.row(item.n)[item.d0 + i] : 1.0f;
   std::fill_n(phi_partial, d.F * width + width, 0.0f);
@@ -56,6 +57,11 @@ void backward_columns(const BackwardStep& step, int64_t t0, int64_t t1, const Co
   for (int64_t t = t0; t < t1; ++t) {
     const float* G = G_all + t * d.F;
     for (int64_t i = 0; i < width; ++i) v[i] = core::load_element(o.x.data, d.x_dtype, o.x.at(t, item.n) + item.d0 + i);
+    const float* operand = v;  // of G v^T; HF32 calls: hf32(v * gamma)
+    if (d.hf32) {
+      for (int64_t i = 0; i < width; ++i) u[i] = common::round_hf32(v[i] * gamma[i]);
+      operand = u;
+    }
     std::fill_n(gu, width, 0.0f);
     for (int64_t f = 0; f < d.F; ++f) {  // gu = phi^T G, and G v^T
       const float g = G[f];
@@ -63,7 +69,7 @@ void backward_columns(const BackwardStep& step, int64_t t0, int64_t t1, const Co
       float* partial_row = phi_partial + f * width;
       for (int64_t i = 0; i < width; ++i) {
         gu[i] += phi_row[k0 + i] * g;
-        partial_row[i] += g * v[i];
+        partial_row[i] += g * operand[i];
       }
     }
     const float c = c_all[t];

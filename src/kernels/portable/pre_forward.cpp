@@ -1,6 +1,7 @@
 // Portable MhcPre: plain C++ in fp32 (SPEC §2), any architecture.
 #include <cmath>
 
+#include "kernels/common/hf32.hpp"
 #include "kernels/common/token_math.hpp"
 #include "kernels/tables.hpp"
 #include "kernels/portable/blocked_sum.hpp"
@@ -24,8 +25,9 @@ void forward_tokens(const ForwardItem& item, int64_t t0, int64_t t1) {
     for (int64_t n = 0; n < d.N; ++n)
       for (int64_t j = 0; j < d.D; ++j) v[n * d.D + j] = core::load_element(o.x.data, d.x_dtype, o.x.at(t, n) + j);
     const float* gamma_applied = v;
-    if (o.gamma.present()) {
-      for (int64_t k = 0; k < d.K; ++k) u[k] = v[k] * o.gamma.row(k / d.D)[k % d.D];
+    if (o.gamma.present() || d.hf32) {
+      for (int64_t k = 0; k < d.K; ++k) u[k] = o.gamma.present() ? v[k] * o.gamma.row(k / d.D)[k % d.D] : v[k];
+      if (d.hf32) common::round_hf32(u, d.K);  // the product's operand
       gamma_applied = u;
     }
     for (int64_t f = 0; f < d.F; ++f) m[f] = dot(gamma_applied, o.phi.row(f), 1, d.K);

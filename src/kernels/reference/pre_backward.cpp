@@ -2,6 +2,7 @@
 // float64, sums over tokens in token order.
 #include <cmath>
 
+#include "kernels/common/hf32.hpp"
 #include "kernels/tables.hpp"
 #include "kernels/reference/reference.hpp"
 #include "kernels/reference/operand_io.hpp"
@@ -18,11 +19,15 @@ BackwardOutputs64 backward(const BackwardInputs64& in) {
   BackwardOutputs64 out;
   out.grad_x.assign(T * K, 0.0);
   out.grad_x_magnitude.assign(T * K, 0.0);
-  out.grad_phi.assign(F * K, 0.0);  // accumulates P = sum_t G_t v_t^T, times gamma at the end
+  out.grad_phi.assign(F * K, 0.0);  // sum_t G_t v_t^T, times gamma at the end (HF32: of the rounded operands)
   out.grad_alpha.assign(d.two_entry_alpha ? 2 : 3, 0.0);
   out.grad_bias.assign(F, 0.0);
   out.grad_gamma.assign(K, 0.0);
   std::vector<double> gz(F), G(F), gu(K);
+  // The products' operands: phi, G and u = v * gamma, HF32-rounded for an HF32 call.
+  auto hf32 = [&](double value) { return in.hf32 ? double(common::round_hf32(float(value))) : value; };
+  std::vector<double> phi_operand(in.phi), G_operand(F), u_operand(K);
+  for (double& w : phi_operand) w = hf32(w);
 
   for (int64_t t = 0; t < T; ++t) {
     const double* v = &in.x[t * K];
@@ -50,9 +55,11 @@ BackwardOutputs64 backward(const BackwardInputs64& in) {
     }
     const double c = -r * r * r * g_r / double(K);
 
+    for (int64_t f = 0; f < F; ++f) G_operand[f] = hf32(G[f]);
+    for (int64_t k = 0; k < K; ++k) u_operand[k] = in.hf32 ? hf32(v[k] * gamma(k)) : v[k];
     for (int64_t k = 0; k < K; ++k) {
       double acc = 0;  // dL/du = phi^T G
-      for (int64_t f = 0; f < F; ++f) acc += in.phi[f * K + k] * G[f];
+      for (int64_t f = 0; f < F; ++f) acc += phi_operand[f * K + k] * G_operand[f];
       gu[k] = acc;
     }
     for (int64_t k = 0; k < K; ++k) {
@@ -63,11 +70,12 @@ BackwardOutputs64 backward(const BackwardInputs64& in) {
       out.grad_x_magnitude[t * K + k] =
           std::abs(terms[0]) + std::abs(terms[1]) + std::abs(terms[2]) + std::abs(terms[3]);
       out.grad_gamma[k] += v[k] * gu[k];
-      for (int64_t f = 0; f < F; ++f) out.grad_phi[f * K + k] += G[f] * v[k];
+      for (int64_t f = 0; f < F; ++f) out.grad_phi[f * K + k] += G_operand[f] * u_operand[k];
     }
   }
-  for (int64_t f = 0; f < F; ++f)
-    for (int64_t k = 0; k < K; ++k) out.grad_phi[f * K + k] *= gamma(k);
+  if (!in.hf32)  // sum_t G_t (v_t * gamma)^T: gamma taken out of the sum
+    for (int64_t f = 0; f < F; ++f)
+      for (int64_t k = 0; k < K; ++k) out.grad_phi[f * K + k] *= gamma(k);
   return out;
 }
 
@@ -76,6 +84,7 @@ void pre_backward(const BackwardOperands& o) {
   BackwardInputs64 in;
   in.dims = d;
   in.hc_eps = o.hc_eps;
+  in.hf32 = d.hf32;
   in.x = gather(o.x, d.x_dtype, 0, d.T, d.N, d.D);
   in.phi = gather(o.phi, d.F, d.K);
   in.alpha = gather(o.alpha, d.two_entry_alpha ? 2 : 3);

@@ -1,6 +1,7 @@
 // Reference MhcPre (SPEC §2): one token at a time, everything in float64.
 #include <cmath>
 
+#include "kernels/common/hf32.hpp"
 #include "kernels/tables.hpp"
 #include "kernels/reference/reference.hpp"
 #include "kernels/reference/operand_io.hpp"
@@ -32,7 +33,13 @@ ForwardOutputs64 forward(const ForwardInputs64& in) {
     double* m = &out.h_mix[t * F];  // m = phi . u, u = v * gamma; stored before scaling by r
     for (int64_t f = 0; f < F; ++f) {
       double acc = 0;
-      for (int64_t k = 0; k < K; ++k) acc += in.phi[f * K + k] * v[k] * (in.gamma.empty() ? 1.0 : in.gamma[k]);
+      for (int64_t k = 0; k < K; ++k) {
+        const double gamma = in.gamma.empty() ? 1.0 : in.gamma[k];
+        if (in.hf32)  // v * gamma is exact in float64, so float() is the fp32 product
+          acc += double(common::round_hf32(float(in.phi[f * K + k]))) * common::round_hf32(float(v[k] * gamma));
+        else
+          acc += in.phi[f * K + k] * v[k] * gamma;
+      }
       m[f] = acc;
     }
     for (int64_t n = 0; n < N; ++n) {
@@ -63,6 +70,7 @@ void pre_forward_tokens(const ForwardOperands& o, int64_t t0, int64_t t1) {
   in.dims = d;
   in.norm_eps = o.norm_eps;
   in.hc_eps = o.hc_eps;
+  in.hf32 = d.hf32;
   in.x = gather(o.x, d.x_dtype, t0, d.T, d.N, d.D);
   in.phi = gather(o.phi, d.F, d.K);
   in.alpha = gather(o.alpha, d.two_entry_alpha ? 2 : 3);

@@ -18,6 +18,7 @@ struct ForwardInputs64 {
   PreShape dims;  // x_dtype is not used
   std::vector<double> x, phi, alpha, bias, gamma;
   double norm_eps = 1e-6, hc_eps = 1e-6;
+  bool hf32 = false;  // the product of HF32 operands: hf32(phi) . hf32(fp32(v * gamma)) (SPEC §7)
 };
 struct ForwardOutputs64 {
   std::vector<double> h_in, h_post, h_res, inv_rms, h_mix, h_pre;  // [T,D] [T,N] [T,R] [T] [T,F] [T,N]
@@ -32,6 +33,9 @@ struct BackwardInputs64 {
   std::vector<double> inv_rms, h_mix, h_pre, h_post;       // caches of the forward
   std::vector<double> grad_x_post;                         // [T,K] or empty (= 0)
   double hc_eps = 1e-6;
+  // The products of HF32 operands (SPEC §7): gu = hf32(phi)^T hf32(G) and
+  // grad_phi = sum_t hf32(G_t) hf32(fp32(v_t * gamma))^T, G rounded to fp32 first.
+  bool hf32 = false;
 };
 struct BackwardOutputs64 {
   std::vector<double> grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma;  // grad_gamma always [K]

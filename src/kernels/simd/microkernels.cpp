@@ -48,18 +48,20 @@ void StoreRoundedKernel(DType dtype, const float* in, int64_t count, void* out) 
 void StripBlockKernel(int rows, bool last, DType x_dtype, const float* G, int64_t F, int64_t tokens, int64_t f0,
                       const float* const* phi_rows, const void* v_tile, int64_t v_row, float* gu_tile, bool first,
                       int64_t width, float* totals, int64_t total_stride, const float* c, const float* gamma,
-                      float* gamma_total) {
+                      float* gamma_total, const float* u_tile) {
   WithDType(x_dtype, [&]<DType T>() {
     if (last) {
       const StripFinish finish{c, hn::LoadU(DF(), gamma), gamma_total};
       RunStripBlock<true, T>(rows, G, F, tokens, f0, phi_rows, v_tile, v_row, gu_tile, first, width, totals,
-                             total_stride, finish);
+                             total_stride, finish, u_tile);
     } else {
       RunStripBlock<false, T>(rows, G, F, tokens, f0, phi_rows, v_tile, v_row, gu_tile, first, width, totals,
-                              total_stride, StripFinish{});
+                              total_stride, StripFinish{}, u_tile);
     }
   });
 }
+
+void RoundHf32Kernel(float* values, int64_t count) { RoundHf32Row(DF(), values, count); }
 
 }  // namespace
 
@@ -74,6 +76,7 @@ void StripBlockKernel(int rows, bool last, DType x_dtype, const float* G, int64_
     .weighted_rows = WeightedRowsKernel,
     .fold_lanes = FoldLanesKernel,
     .store_rounded = StoreRoundedKernel,
+    .round_hf32 = RoundHf32Kernel,
     .block_rows = kBlockRows,
     .token_floats = kTokenFloats,
     .strip_block = StripBlockKernel

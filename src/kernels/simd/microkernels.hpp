@@ -36,6 +36,8 @@ struct Microkernels {
   // (round to nearest even, NaN kept a NaN); count a multiple of lanes.
   float (*fold_lanes)(const float* lanes);
   void (*store_rounded)(DType dtype, const float* in, int64_t count, void* out);
+  // values[i] = common::round_hf32(values[i]) (kernels/common/hf32.hpp), i < count.
+  void (*round_hf32)(float* values, int64_t count);
 
   // strip_block-inl.h: one strip, rows [f0, f0 + rows) (rows <= block_rows) of the
   // chunk's `tokens` tokens. G [tokens][F]; phi_rows[r] the strip's L floats of
@@ -43,12 +45,13 @@ struct Microkernels {
   // token_floats apart, on vector boundaries; totals rows total_stride apart
   // (`width` real columns).
   // With last: c [tokens], gamma (L floats) and gamma_total (width floats) too.
+  // u_tile (nullable): fp32 rows token_floats apart, which the sums of G take instead of v.
   int block_rows;
   int64_t token_floats;
   void (*strip_block)(int rows, bool last, DType x_dtype, const float* G, int64_t F, int64_t tokens, int64_t f0,
                       const float* const* phi_rows, const void* v_tile, int64_t v_row, float* gu_tile, bool first,
                       int64_t width, float* totals, int64_t total_stride, const float* c, const float* gamma,
-                      float* gamma_total);
+                      float* gamma_total, const float* u_tile);
 };
 
 // The target's table (avx512, avx2), or nullptr when this build has none; call

@@ -43,15 +43,17 @@ struct Tiles {
   int64_t v_row;  // elements of a token's row in the v tile (VRow)
   char* v;        // in x's dtype
   float* gu;      // gu, then y = gamma*gu + c*v
+  float* u;       // HF32 calls: hf32(v * gamma), the products' operand, laid out as gu; else nullptr
   // The element offset in v, and the address in gu, of strip s (counted in stream n) of the chunk's token t.
   int64_t v_at(int64_t n, int64_t s, int64_t t) const {
     return ((n * blocks_per_stream + s / kStripsPerBlock) * kTokensPerChunk + t) * v_row +
            (s % kStripsPerBlock) * L;
   }
-  float* gu_at(int64_t n, int64_t s, int64_t t) const {
-    return gu + (n * blocks_per_stream + s / kStripsPerBlock) * kBlockFloats + t * kTokenFloats +
-           (s % kStripsPerBlock) * L;
+  int64_t gu_offset(int64_t n, int64_t s, int64_t t) const {
+    return (n * blocks_per_stream + s / kStripsPerBlock) * kBlockFloats + t * kTokenFloats + (s % kStripsPerBlock) * L;
   }
+  float* gu_at(int64_t n, int64_t s, int64_t t) const { return gu + gu_offset(n, s, t); }
+  float* u_at(int64_t n, int64_t s, int64_t t) const { return u + gu_offset(n, s, t); }
 };
 
 // Elements of a token's row of the v tile: the item's columns and a cache line.
@@ -71,12 +73,13 @@ static Tiles TilesOf(const BackwardStep& step) {
   const PreShape& d = step.operands->shape;
   float* base = step.chunk();
   const int64_t element_bytes = core::element_size(d.x_dtype);
+  float* gu = base + VTileFloats(d, element_bytes);
   return {int64_t(hn::Lanes(DF())), ceil_div(d.D, kColumnsPerItem), VRow(element_bytes),
-          reinterpret_cast<char*>(base), base + VTileFloats(d, element_bytes)};
+          reinterpret_cast<char*>(base), gu, d.hf32 ? gu + GuTileFloats(d) : nullptr};
 }
 
 int64_t BackwardChunkFloats(const PreShape& d) {
-  return VTileFloats(d, core::element_size(d.x_dtype)) + GuTileFloats(d);
+  return VTileFloats(d, core::element_size(d.x_dtype)) + GuTileFloats(d) * (d.hf32 ? 2 : 1);
 }
 
 int64_t BackwardScratchFloats(const PreShape& d) {
@@ -101,12 +104,20 @@ void BackwardTokenStats(const BackwardStep& step, int64_t chunk0, int64_t t0, in
           const VF v = LoadT<T>(df, o.x.data, x_at + j);
           lanes = hn::MulAdd(v, LoadT<T>(df, o.grad_h_in.data, gh_at + j), lanes);
           CopyT<T>(df, o.x.data, x_at + j, tiles.v, tiles.v_at(n, strip, t - chunk0));
+          if (tiles.u) {  // the products' operand hf32(v * gamma)
+            const VF u = o.gamma.present() ? hn::Mul(v, hn::LoadU(df, o.gamma.row(n) + j)) : v;
+            hn::Store(RoundHf32(df, u), df, tiles.u_at(n, strip, t - chunk0));
+          }
         }
         for (; j < d.D; j += L, ++strip) {
           const int64_t width = std::min(L, d.D - j);
           const VF v = LoadRow(df, o.x.data, T, x_at + j, 1, width);
           lanes = hn::MulAdd(v, LoadRow(df, o.grad_h_in.data, T, gh_at + j, 1, width), lanes);
           CopyRow<T>(df, o.x.data, x_at + j, 1, width, tiles.v, tiles.v_at(n, strip, t - chunk0));
+          if (tiles.u) {
+            const VF u = o.gamma.present() ? hn::Mul(v, LoadRow(df, o.gamma.row(n), DType::fp32, j, 1, width)) : v;
+            hn::Store(RoundHf32(df, u), df, tiles.u_at(n, strip, t - chunk0));
+          }
         }
         g_pre[n] = FoldLanes(df, lanes);
       }
@@ -150,15 +161,16 @@ void BackwardColumns(const BackwardStep& step, int64_t t0, int64_t t1, const Col
         }
         const void* v_tile = tiles.v + tiles.v_at(item.n, j / L, 0) * int64_t(core::element_size(T));
         float* gu_tile = tiles.gu_at(item.n, j / L, 0);
+        const float* u_tile = tiles.u ? tiles.u_at(item.n, j / L, 0) : nullptr;
         if (f0 + rows < d.F) {
           RunStripBlock<false, T>(rows, G_chunk, d.F, tokens, f0, phi_rows, v_tile, tiles.v_row, gu_tile, f0 == 0,
-                                  width, phi_total + k, d.K, StripFinish{});
+                                  width, phi_total + k, d.K, StripFinish{}, u_tile);
           continue;
         }
         const VF gamma = o.gamma.present() ? LoadRow(df, o.gamma.row(item.n), DType::fp32, j, 1, width)
                                            : hn::Set(df, 1.0f);
         RunStripBlock<true, T>(rows, G_chunk, d.F, tokens, f0, phi_rows, v_tile, tiles.v_row, gu_tile, f0 == 0,
-                               width, phi_total + k, d.K, StripFinish{c_chunk, gamma, gamma_total + k});
+                               width, phi_total + k, d.K, StripFinish{c_chunk, gamma, gamma_total + k}, u_tile);
       }
     }
   });
@@ -203,8 +215,9 @@ void BackwardRows(const BackwardStep& step, int64_t chunk0, int64_t t0, int64_t 
   if (stream) hwy::FlushStream();
 }
 
-// grad_phi = P * gamma and grad_gamma, P and grad_gamma being the lanes' running
-// totals added in lane order, a vector at a time.
+// grad_phi = P * gamma (HF32 calls: P, whose sums took u = v * gamma) and
+// grad_gamma, P and grad_gamma being the lanes' running totals added in lane
+// order, a vector at a time.
 void BackwardFinishColumns(const BackwardStep& step, const ColumnItem& item) {
   const BackwardOperands& o = *step.operands;
   const PreShape& d = o.shape;
@@ -219,8 +232,8 @@ void BackwardFinishColumns(const BackwardStep& step, const ColumnItem& item) {
   };
   for (int64_t j = item.d0; j < item.d1; j += L) {
     const int64_t width = std::min(L, item.d1 - j), k = item.n * d.D + j;
-    const VF gamma = o.gamma.present() ? LoadRow(df, o.gamma.row(item.n), DType::fp32, j, 1, width)
-                                       : hn::Set(df, 1.0f);
+    const VF gamma = o.gamma.present() && !d.hf32 ? LoadRow(df, o.gamma.row(item.n), DType::fp32, j, 1, width)
+                                                  : hn::Set(df, 1.0f);
     for (int64_t f = 0; f < d.F; ++f)
       StoreRow(df, hn::Mul(lane_sum(b.phi_total, f * d.K + k, width), gamma), o.grad_phi.row(f), DType::fp32, k, 1,
                width);

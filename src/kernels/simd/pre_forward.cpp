@@ -99,6 +99,7 @@ static void CastChunk(const ForwardOperands& o, int64_t t, int64_t t_ahead, int6
         if (with_sum_sq) tail += v * v;
         u_out[j] = has_gamma ? v * gamma[j] : v;
       }
+      if (o.shape.hf32) RoundHf32Row(df, u_out + j0, j1 - j0);  // the product's operand
       k = n * D + j1;
     }
   });

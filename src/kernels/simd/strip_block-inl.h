@@ -4,7 +4,8 @@
 // stream through; gu = phi^T G accumulates in the gu tile.
 //
 // Accumulation order (the determinism contract): for each row r, sums[r] takes
-// G[t][r] * v[t] as one fused multiply-add per token, t ascending from zero, and
+// G[t][r] * v[t] (u[t] when a u tile is given: the HF32 operand of the product)
+// as one fused multiply-add per token, t ascending from zero, and
 // is added once to totals[r]; gu of token t is its value on entry (zero for the
 // first block) plus two fused chains over the block's rows, even rows and odd
 // rows, added; the last block of rows (kLast) adds v*gu to the strip's sum of
@@ -44,12 +45,14 @@ struct StripFinish {
 };
 
 // One strip, rows [f0, f0+R), the chunk's `tokens` tokens: chunk sums of G v^T
-// added to the totals (only the strip's `width` real columns), gu accumulated;
-// with kLast, the strip finished as StripFinish says.
-template <int R, bool kLast, DType T>
+// (G u^T with a u tile: fp32, rows kTokenFloats apart) added to the totals (only
+// the strip's `width` real columns), gu accumulated; with kLast, the strip
+// finished as StripFinish says.
+template <int R, bool kLast, DType T, bool kUTile>
 HWY_INLINE void StripBlock(const float* G_chunk, int64_t F, int64_t tokens, int64_t f0,
                            const float* const* phi_rows, const void* v_tile, int64_t v_row, float* gu_tile, bool first_block,
-                           int64_t width, float* totals, int64_t total_stride, const StripFinish& finish) {
+                           int64_t width, float* totals, int64_t total_stride, const StripFinish& finish,
+                           const float* u_tile) {
   const DF df;
   const int64_t L = hn::Lanes(df);
   VF w[R], sums[R];
@@ -63,12 +66,14 @@ HWY_INLINE void StripBlock(const float* G_chunk, int64_t F, int64_t tokens, int6
   const VF gamma = finish.gamma;
   for (int64_t t = 0; t < tokens; ++t) {
     const VF v = LoadT<T>(df, v_tile, t * v_row);
+    VF u = v;
+    if constexpr (kUTile) u = hn::Load(df, u_tile + t * kTokenFloats);
     const float* G = G_chunk + t * F + f0;
     VF gu_even = first_block ? hn::Zero(df) : hn::Load(df, gu_tile + t * kTokenFloats), gu_odd = hn::Zero(df);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const VF g = hn::Set(df, G[r]);
-      sums[r] = hn::MulAdd(g, v, sums[r]);
+      sums[r] = hn::MulAdd(g, u, sums[r]);
       if (r % 2 == 0) gu_even = hn::MulAdd(g, w[r], gu_even);
       else gu_odd = hn::MulAdd(g, w[r], gu_odd);
     }
@@ -100,25 +105,30 @@ HWY_INLINE void StripBlock(const float* G_chunk, int64_t F, int64_t tokens, int6
 template <bool kLast, DType T>
 static void RunStripBlock(int rows, const float* G_chunk, int64_t F, int64_t tokens, int64_t f0,
                           const float* const* phi_rows, const void* v_tile, int64_t v_row, float* gu_tile, bool first,
-                          int64_t width, float* totals, int64_t total_stride, const StripFinish& finish) {
-  // rows is at most kBlockRows; the cases from kBlockRows up are not instantiated
-  // (AVX2) and fall through to the full block below.
-#define MHC_STRIP_CASE(R)                                                                                \
-  case R:                                                                                                \
-    if constexpr (R < kBlockRows)                                                                        \
-      return StripBlock<R, kLast, T>(G_chunk, F, tokens, f0, phi_rows, v_tile, v_row, gu_tile, first, width, \
-                                     totals, total_stride, finish);                                      \
+                          int64_t width, float* totals, int64_t total_stride, const StripFinish& finish,
+                          const float* u_tile = nullptr) {
+  auto run = [&]<bool kUTile>() {
+    // rows is at most kBlockRows; the cases from kBlockRows up are not instantiated
+    // (AVX2) and fall through to the full block below.
+#define MHC_STRIP_CASE(R)                                                                                     \
+  case R:                                                                                                     \
+    if constexpr (R < kBlockRows)                                                                             \
+      return StripBlock<R, kLast, T, kUTile>(G_chunk, F, tokens, f0, phi_rows, v_tile, v_row, gu_tile, first, \
+                                             width, totals, total_stride, finish, u_tile);                    \
     break;
-  switch (rows) {
-    MHC_STRIP_CASE(1) MHC_STRIP_CASE(2) MHC_STRIP_CASE(3) MHC_STRIP_CASE(4) MHC_STRIP_CASE(5)
-    MHC_STRIP_CASE(6) MHC_STRIP_CASE(7) MHC_STRIP_CASE(8) MHC_STRIP_CASE(9) MHC_STRIP_CASE(10)
-    MHC_STRIP_CASE(11)
-    default:
-      break;
-  }
-  StripBlock<kBlockRows, kLast, T>(G_chunk, F, tokens, f0, phi_rows, v_tile, v_row, gu_tile, first, width, totals,
-                                   total_stride, finish);
+    switch (rows) {
+      MHC_STRIP_CASE(1) MHC_STRIP_CASE(2) MHC_STRIP_CASE(3) MHC_STRIP_CASE(4) MHC_STRIP_CASE(5)
+      MHC_STRIP_CASE(6) MHC_STRIP_CASE(7) MHC_STRIP_CASE(8) MHC_STRIP_CASE(9) MHC_STRIP_CASE(10)
+      MHC_STRIP_CASE(11)
+      default:
+        break;
+    }
 #undef MHC_STRIP_CASE
+    StripBlock<kBlockRows, kLast, T, kUTile>(G_chunk, F, tokens, f0, phi_rows, v_tile, v_row, gu_tile, first, width,
+                                             totals, total_stride, finish, u_tile);
+  };
+  if (u_tile != nullptr) run.template operator()<true>();
+  else run.template operator()<false>();
 }
 
 }  // namespace mhc::kernels::simd::HWY_NAMESPACE

@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "hwy/highway.h"
+#include "kernels/common/hf32.hpp"
 #include "kernels/common/token_math.hpp"
 #include "mhc/mhc.hpp"
 
@@ -64,6 +65,23 @@ HWY_INLINE void StoreBF16(DF df, VF v, uint16_t* p) {
 HWY_INLINE void StoreF16(DF df, VF v, uint16_t* p) {
   const hn::Rebind<hwy::float16_t, DF> df16;
   hn::StoreU(hn::DemoteTo(df16, v), df16, reinterpret_cast<hwy::float16_t*>(p));
+}
+
+// common::round_hf32 on every lane: the same integer steps, NaN kept.
+HWY_INLINE VF RoundHf32(DF df, VF v) {
+  const hn::RebindToSigned<DF> di;
+  const auto bits = hn::BitCast(di, v);
+  const auto rounded = hn::ShiftLeft<13>(hn::ShiftRight<1>(hn::Add(hn::ShiftRight<12>(bits), hn::Set(di, 1))));
+  const auto nan = hn::Gt(hn::And(bits, hn::Set(di, 0x7fffffff)), hn::Set(di, 0x7f800000));
+  return hn::BitCast(df, hn::IfThenElse(nan, bits, rounded));
+}
+
+// count values of row rounded to HF32 in place.
+HWY_INLINE void RoundHf32Row(DF df, float* row, int64_t count) {
+  const int64_t L = hn::Lanes(df);
+  int64_t i = 0;
+  for (; i + L <= count; i += L) hn::StoreU(RoundHf32(df, hn::LoadU(df, row + i)), df, row + i);
+  common::round_hf32(row + i, count - i);
 }
 
 // The same, with the dtype fixed at compile time (for hot loops).

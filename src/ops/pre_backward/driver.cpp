@@ -25,13 +25,14 @@ const kernels::PreBackwardKernels& kernels_of(const core::BackwardProblem& probl
   return *implementation(problem.isa).pre_backward;
 }
 
-kernels::PreShape shape_of(const core::BackwardProblem& p) { return ops::shape_of(p.dims, p.x.dtype); }
+kernels::PreShape shape_of(const core::BackwardProblem& p) { return ops::shape_of(p.dims, p.x.dtype, p.hf32); }
 
-// The operands that do not fit the kernels' views, staged (staging.hpp).
+// The operands that do not fit the kernels' views, staged (staging.hpp), and phi
+// rounded to HF32 for an HF32 call.
 Staging staging_of(core::BackwardProblem* p) {
   Staging staging;
   staging.add(&p->x, View::stream_rows, false);
-  staging.add(&p->phi, View::matrix, false);
+  staging.add(&p->phi, View::matrix, false, p->hf32 ? Rounding::hf32 : Rounding::none);
   staging.add(&p->alpha, View::matrix, false);
   staging.add(&p->grad_h_in, View::stream_rows, false);
   staging.add(&p->grad_h_post, View::token_rows, false);

@@ -16,7 +16,7 @@ namespace {
 
 static_assert(kernels::kMaxPrepareParts >= runtime::kMaxThreads, "a prepare part per thread");
 
-kernels::PreShape shape_of(const core::ForwardProblem& p) { return ops::shape_of(p.dims, p.x.dtype); }
+kernels::PreShape shape_of(const core::ForwardProblem& p) { return ops::shape_of(p.dims, p.x.dtype, p.hf32); }
 
 // The table that runs the call: the entry's own, or its base for the calls the
 // own one does not apply to; and the finish its items end with.
@@ -33,13 +33,13 @@ Selected select(const core::ForwardProblem& problem) {
   return {own, base->finish_tokens};
 }
 
-// The operands that do not fit the kernels' views, staged (staging.hpp). None
-// for an empty batch, of which nothing is read.
+// The operands that do not fit the kernels' views, staged (staging.hpp), and phi
+// rounded to HF32 for an HF32 call. None for an empty batch, of which nothing is read.
 Staging staging_of(core::ForwardProblem* p) {
   Staging staging;
   if (p->dims.T == 0) return staging;
   staging.add(&p->x, View::stream_rows, false);
-  staging.add(&p->phi, View::matrix, false);
+  staging.add(&p->phi, View::matrix, false, p->hf32 ? Rounding::hf32 : Rounding::none);
   staging.add(&p->alpha, View::matrix, false);
   staging.add(&p->bias, View::matrix, false);
   staging.add(&p->gamma, View::matrix, false);
