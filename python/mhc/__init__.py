@@ -1,6 +1,7 @@
 """mhc: the mHC pre-block operators (MhcPre, MhcPreBackward) on CPU torch tensors.
 
     h_in, h_post, h_res, inv_rms, h_mix, h_pre = mhc.npu_mhc_pre(x, phi, alpha, bias, out_flag=1)
+    # inner_precise=1: h_mix's product on HF32-rounded operands (SPEC §7)
     grads = mhc.npu_mhc_pre_backward(x, phi, alpha, g_h_in, g_h_post, g_h_res,
                                      inv_rms, h_mix, h_pre, h_post)
     h_in, h_post, h_res = mhc.mhc_pre(x, phi, alpha, bias)   # differentiable

@@ -7,7 +7,8 @@ Inputs are handed to the C library as views with their real strides (no copies);
 outputs are allocated here, contiguous, by _output_cache (which reuses the buffers
 of large outputs whose tensors are gone). All validation of shapes,
 strides and dtypes is the library's; this side only checks what ctypes cannot
-express (Python types, devices, torch dtypes without an mhc equivalent).
+express (Python types, devices, torch dtypes without an mhc equivalent) and, before
+allocating outputs, the library's size limits on the dims they are sized from.
 """
 import ctypes
 import numbers
@@ -21,6 +22,10 @@ _MHC_DTYPE = {torch.bfloat16: _lib.BF16, torch.float16: _lib.FP16, torch.float32
 _X_DTYPES = "bf16, fp16 or fp32"
 
 _num_threads = 0  # 0: the library's default (MHC_NUM_THREADS or all hardware threads)
+
+# The library's operand limit (kMaxOperandElements, src/ops/pre_operands.cpp).
+_MAX_ELEMENTS = 1 << 44
+_LIMIT_TEXT = "2^44 elements, more than any machine's memory"
 
 
 def set_num_threads(n):
@@ -104,12 +109,21 @@ def _eps(name, value):
     return float(value)
 
 
-def _options(norm_eps, hc_eps):
+def _matmul_precision(inner_precise):
+    """torch_npu's inner_precise (the int 0 or 1) as the library's matmul_precision."""
+    if (isinstance(inner_precise, numbers.Integral) and not isinstance(inner_precise, bool)
+            and inner_precise in (0, 1)):
+        return _lib.MATMUL_HF32 if inner_precise == 1 else _lib.MATMUL_FP32
+    raise ValueError(f"inner_precise: expected the int 0 (fp32) or 1 (HF32), got {inner_precise!r}")
+
+
+def _options(norm_eps, hc_eps, matmul_precision=_lib.MATMUL_FP32):
     options = _lib.lib.mhc_default_options()
     if norm_eps is not None:  # the backward has no norm_eps: keep the default
         options.norm_eps = norm_eps
     options.hc_eps = hc_eps
     options.num_threads = _num_threads
+    options.matmul_precision = matmul_precision
     return options
 
 
@@ -132,8 +146,33 @@ def _two_entry(alpha):
     return alpha.numel() == 2
 
 
-def check_pre_args(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag):
-    """npu_mhc_pre's Python-side checks, in argument order; returns (norm_eps, hc_eps)."""
+def _dims(shape):
+    return "[" + ",".join(str(s) for s in shape) + "]"
+
+
+def _output_dims(x, phi):
+    """(lead, N, D, F) that size the outputs, after the library's size limits on x and
+    phi (which bound every output) are checked, so no allocation can exceed them.
+    F is 0 when phi is not [F, N*D]: the library then rejects phi before it looks at
+    any output, so none is sized from phi's dims."""
+    lead, n, d = _token_dims(x)
+    if n < 1 or d < 1:
+        raise ValueError(f"x: expected N >= 1 and D >= 1 in [B,S,N,D] or [T,N,D], got {_dims(x.shape)}")
+    t = 1
+    for extent in lead:
+        t *= extent
+    k = n * d
+    if k > _MAX_ELEMENTS or t * k > _MAX_ELEMENTS:
+        raise ValueError(f"x: expected N*D and T*N*D of at most {_LIMIT_TEXT}, got {_dims(x.shape)}")
+    f = phi.shape[0] if phi.dim() == 2 and phi.shape[1] == k else 0
+    if f * k > _MAX_ELEMENTS or t * f > _MAX_ELEMENTS:
+        raise ValueError(f"phi: expected F*K and T*F of at most {_LIMIT_TEXT}, got {_dims(phi.shape)}")
+    return lead, n, d, f
+
+
+def check_pre_args(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag, inner_precise):
+    """npu_mhc_pre's Python-side checks, in argument order; returns (norm_eps, hc_eps,
+    matmul_precision)."""
     _check("x", x)
     _check("phi", phi, "fp32")
     _check("alpha", alpha, "fp32")
@@ -145,17 +184,14 @@ def check_pre_args(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag):
         raise TypeError(f"out_flag: expected 0 or 1, got {type(out_flag).__name__}")
     if out_flag not in (0, 1):
         raise ValueError(f"out_flag: expected 0 or 1, got {out_flag}")
-    return norm_eps, hc_eps
+    return norm_eps, hc_eps, _matmul_precision(inner_precise)
 
 
-def run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, with_caches):
+def run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, matmul_precision, with_caches):
     """The library's forward on checked arguments: (h_in, h_post, h_res, inv_rms, h_mix,
     h_pre), the last three None unless with_caches."""
-    lead, n, d = _token_dims(x)
-    # Shapes of the outputs follow the inputs; the library checks they agree. F comes
-    # from phi only when phi is [F, N*D]: any other phi (a transposed [N*D, F] above
-    # all) gets the library's error naming phi, with no outputs sized from it first.
-    f = phi.shape[0] if phi.dim() == 2 and phi.shape[1] == n * d else 2 * n
+    # Shapes of the outputs follow the inputs; the library checks they agree.
+    lead, n, d, f = _output_dims(x, phi)
     r = max(f - 2 * n, 0)
     f32 = torch.float32
     h_in = _outputs.empty(lead + (d,), x.dtype)
@@ -170,7 +206,7 @@ def run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, with_caches):
         h_pre = _outputs.empty(lead + (n,), f32)
 
     views = [_view(t) for t in (x, phi, alpha, bias, gamma, h_in, h_post, h_res, inv_rms, h_mix, h_pre)]
-    options = _options(norm_eps, hc_eps)
+    options = _options(norm_eps, hc_eps, matmul_precision)
     status = _lib.lib.mhc_pre_forward(*[_ptr(v) for v in views], ctypes.byref(options))
     _raise_on_error(status)
     return h_in, h_post, h_res, inv_rms, h_mix, h_pre
@@ -178,16 +214,20 @@ def run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, with_caches):
 
 def npu_mhc_pre_backward(x, phi, alpha, grad_h_in, grad_h_post, grad_h_res, inv_rms, h_mix,
                          h_pre, h_post, gamma=None, hc_eps=1e-6, grad_x_post=None):
-    """mHC pre-block backward (SPEC §3), fed the caches of npu_mhc_pre(out_flag=1).
+    """mHC pre-block backward (SPEC §3), fed the caches of npu_mhc_pre(out_flag=1); its
+    matrix products run in fp32 (torch_npu's backward has no inner_precise).
 
-    Returns (grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma); grad_gamma is None
-    without gamma. grad_h_res must be None for a two-entry alpha.
+    Returns (grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma); without gamma,
+    grad_gamma is a zero-filled [N, D] fp32 tensor, as torch_npu's. With a two-entry
+    alpha, grad_h_res is not read (it may be anything, None included).
     """
     x = _check("x", x)
     phi = _check("phi", phi, "fp32")
     alpha = _check("alpha", alpha, "fp32")
     grad_h_in = _check("grad_h_in", grad_h_in)
     grad_h_post = _check("grad_h_post", grad_h_post, "fp32")
+    if _two_entry(alpha):
+        grad_h_res = None  # no residual branch (SPEC §6)
     grad_h_res = _check("grad_h_res", grad_h_res, "fp32", optional=True)
     inv_rms = _check("inv_rms", inv_rms, "fp32")
     h_mix = _check("h_mix", h_mix, "fp32")
@@ -198,12 +238,13 @@ def npu_mhc_pre_backward(x, phi, alpha, grad_h_in, grad_h_post, grad_h_res, inv_
     grad_x_post = _check("grad_x_post", grad_x_post, optional=True)
 
     f32 = torch.float32
-    f = phi.shape[0] if phi.dim() >= 1 else (h_mix.shape[-1] if h_mix.dim() >= 1 else 0)
+    _, n, d, f = _output_dims(x, phi)
     grad_x = _outputs.empty(x.shape, x.dtype)
-    grad_phi = _outputs.empty(phi.shape, f32)
-    grad_alpha = _outputs.empty(alpha.shape, f32)
+    grad_phi = _outputs.empty((f, n * d), f32)
+    # alpha's own shape unless it is impossible: the library then rejects alpha first.
+    grad_alpha = _outputs.empty(alpha.shape if alpha.numel() <= 3 else (3,), f32)
     grad_bias = _outputs.empty((f,), f32)
-    grad_gamma = _outputs.empty(gamma.shape, f32) if gamma is not None else None
+    grad_gamma = _outputs.empty((n, d), f32) if gamma is not None else None
 
     tensors = (x, phi, alpha, grad_h_in, grad_h_post, grad_h_res, inv_rms, h_mix, h_pre, h_post,
                gamma, grad_x_post, grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma)
@@ -211,4 +252,6 @@ def npu_mhc_pre_backward(x, phi, alpha, grad_h_in, grad_h_post, grad_h_res, inv_
     options = _options(None, hc_eps)
     status = _lib.lib.mhc_pre_backward(*[_ptr(v) for v in views], ctypes.byref(options))
     _raise_on_error(status)
+    if grad_gamma is None:
+        grad_gamma = torch.zeros((n, d), dtype=f32)
     return grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma

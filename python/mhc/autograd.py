@@ -8,16 +8,20 @@ from ._core import check_pre_args, npu_mhc_pre_backward, run_pre_forward
 class MhcPreFunction(torch.autograd.Function):
     """Forward with caches; backward through the library's MhcPreBackward.
 
-    apply(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag=0) returns
-    (h_in, h_post, h_res), and with out_flag=1 also the caches (inv_rms, h_mix, h_pre).
-    The caches are always computed (the backward needs them); returned, they are
+    apply(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag=0, inner_precise=0)
+    returns (h_in, h_post, h_res), and with out_flag=1 also the caches (inv_rms, h_mix,
+    h_pre). The caches are always computed (the backward needs them); returned, they are
     non-differentiable outputs, so gradients flow from h_in, h_post and h_res only.
+    inner_precise=1 runs the forward's product in HF32; the backward runs in fp32, as
+    torch_npu's (SPEC §8).
     """
 
     @staticmethod
-    def forward(ctx, x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag=0):
-        norm_eps, hc_eps = check_pre_args(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag)
-        outputs = run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, with_caches=True)
+    def forward(ctx, x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag=0, inner_precise=0):
+        norm_eps, hc_eps, precision = check_pre_args(x, phi, alpha, bias, gamma, norm_eps, hc_eps,
+                                                     out_flag, inner_precise)
+        outputs = run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, precision,
+                                  with_caches=True)
         h_in, h_post, h_res, inv_rms, h_mix, h_pre = outputs
         ctx.save_for_backward(x, phi, alpha, gamma, inv_rms, h_mix, h_pre, h_post)
         ctx.hc_eps = hc_eps
@@ -33,8 +37,8 @@ class MhcPreFunction(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_h_in, grad_h_post, grad_h_res, *grads_of_caches):
-        needs = ctx.needs_input_grad  # one per argument of apply (7 or 8)
-        no_grads_of_options = (None,) * (len(needs) - 5)  # norm_eps, hc_eps[, out_flag]
+        needs = ctx.needs_input_grad  # one per argument of apply (7 to 9)
+        no_grads_of_options = (None,) * (len(needs) - 5)  # norm_eps, hc_eps[, out_flag[, inner_precise]]
         if not any(needs[:5]):
             return (None,) * 5 + no_grads_of_options
         x, phi, alpha, gamma, inv_rms, h_mix, h_pre, h_post = ctx.saved_tensors
@@ -53,11 +57,12 @@ class MhcPreFunction(torch.autograd.Function):
         return tuple(g if need else None for g, need in zip(grads, needs[:5])) + no_grads_of_options
 
 
-def mhc_pre(x, phi, alpha, bias, gamma=None, norm_eps=1e-6, hc_eps=1e-6):
+def mhc_pre(x, phi, alpha, bias, gamma=None, norm_eps=1e-6, hc_eps=1e-6, inner_precise=0):
     """Differentiable mHC pre-block: returns (h_in, h_post, h_res).
 
     h_res is None for a two-entry alpha. loss.backward() fills the grads of x, phi,
     alpha, bias and gamma (those that require grad). The same as
     npu_mhc_pre(...)[:3], except that the caches are computed on every call.
+    inner_precise: 0 (fp32) or 1 (HF32) for the forward's product, as npu_mhc_pre's.
     """
-    return MhcPreFunction.apply(x, phi, alpha, bias, gamma, norm_eps, hc_eps)
+    return MhcPreFunction.apply(x, phi, alpha, bias, gamma, norm_eps, hc_eps, 0, inner_precise)

@@ -18,11 +18,16 @@ def _builds_graph(*inputs):
         isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
 
 
-def npu_mhc_pre(x, phi, alpha, bias, *, gamma=None, norm_eps=1e-6, hc_eps=1e-6, out_flag=0):
+def npu_mhc_pre(x, phi, alpha, bias, *, gamma=None, norm_eps=1e-6, hc_eps=1e-6, out_flag=0,
+                inner_precise=0):
     """mHC pre-block forward (SPEC §2), differentiable (SPEC §8).
 
     Returns (h_in, h_post, h_res, inv_rms, h_mix, h_pre); the last three are None
     unless out_flag=1, h_res is None for a two-entry alpha (F = 2N).
+
+    inner_precise is torch_npu's int: 0 computes h_mix = phi · u in fp32, 1 rounds
+    both operands to HF32 first (SPEC §7); anything else (a bool, 1.0, "1", 2) is a
+    ValueError.
 
     When grad mode is on and x, phi, alpha, bias or gamma requires grad, the call goes
     through autograd.MhcPreFunction: h_in, h_post and h_res get a grad_fn whose backward
@@ -32,10 +37,13 @@ def npu_mhc_pre(x, phi, alpha, bias, *, gamma=None, norm_eps=1e-6, hc_eps=1e-6, 
     input requires grad, torch.no_grad, inference_mode) the library is called directly.
     """
     if _builds_graph(x, phi, alpha, bias, gamma):
-        outputs = MhcPreFunction.apply(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag)
+        outputs = MhcPreFunction.apply(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag,
+                                       inner_precise)
         return outputs if out_flag else outputs + (None, None, None)
-    norm_eps, hc_eps = check_pre_args(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag)
-    return run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, with_caches=bool(out_flag))
+    norm_eps, hc_eps, precision = check_pre_args(x, phi, alpha, bias, gamma, norm_eps, hc_eps,
+                                                 out_flag, inner_precise)
+    return run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, precision,
+                           with_caches=bool(out_flag))
 
 
 __all__ = ["npu_mhc_pre", "npu_mhc_pre_backward", "set_num_threads", "get_num_threads"]

@@ -269,11 +269,22 @@ def compare_with_oracle(inp, outputs, case, norm_eps=1e-6, hc_eps=1e-6, also=())
     errs = {}
     for name, ours in outputs.items():
         if truth[name] is None:  # h_res of a two-entry alpha, grad_gamma without gamma
-            assert ours is None, f"{name}: expected None"
+            if name == "grad_gamma" and ours is not None:  # npu_mhc_pre_backward's (SPEC §8)
+                assert_zero_grad_gamma(ours, inp["x"])
+            else:
+                assert ours is None, f"{name}: expected None"
             continue
         assert ours is not None, f"{name}: missing"
         errs[name] = check_output(name, ours, truth[name], mags[name], case, terms_abs.get(name))
     return errs
+
+
+def assert_zero_grad_gamma(grad_gamma, x):
+    """npu_mhc_pre_backward's grad_gamma without gamma: zeros, [N, D], fp32 (SPEC §8)."""
+    assert grad_gamma is not None, "grad_gamma: expected zeros without gamma, got None"
+    assert grad_gamma.dtype == torch.float32, grad_gamma.dtype
+    assert tuple(grad_gamma.shape) == tuple(x.shape[-2:]), tuple(grad_gamma.shape)
+    assert not bool(grad_gamma.ne(0).any()), "grad_gamma: not all zeros without gamma"
 
 
 # Autograd tests (mhc_pre and npu_mhc_pre): fresh leaves and a loss whose incoming grads

@@ -1,4 +1,5 @@
-"""The float64 truth for MhcPre, written from SPEC §2 and independent of the library.
+"""The float64 truth for MhcPre, written from SPEC §2 (and §7's HF32 mode) and
+independent of the library.
 
 Gradients are torch autograd through forward64 (SPEC §3 is checked against it in
 the tests, not used to build it). backward_terms64 evaluates the §3 intermediate
@@ -9,10 +10,19 @@ import torch
 F64 = torch.float64
 
 
-def forward64(x, phi, alpha, bias, gamma=None, norm_eps=1e-6, hc_eps=1e-6):
+def hf32(a):
+    """SPEC §7: fp32 a with its significand rounded to 10 stored bits, half away from
+    zero, on the bit pattern (b the bits as int32: ((b >> 12) + 1) >> 1 << 13)."""
+    b = a.to(torch.float32).contiguous().view(torch.int32)
+    return (((b >> 12) + 1) >> 1 << 13).view(torch.float32)
+
+
+def forward64(x, phi, alpha, bias, gamma=None, norm_eps=1e-6, hc_eps=1e-6, *, hf32_matmul=False):
     """SPEC §2 in float64. x: [..., N, D]; returns (h_in, h_post, h_res, inv_rms, h_mix, h_pre).
 
     h_res is [..., N, N] when R = N*N, else [..., R]; None for a two-entry alpha.
+    hf32_matmul: SPEC §7's opImplMode 1, h_mix = hf32(phi) · hf32(u) with u = x·gamma
+    computed in fp32; the product itself in float64.
     """
     lead = x.shape[:-2]
     n, d = x.shape[-2], x.shape[-1]
@@ -20,8 +30,13 @@ def forward64(x, phi, alpha, bias, gamma=None, norm_eps=1e-6, hc_eps=1e-6):
     f = phi.shape[0]
     v = x.to(F64).reshape(-1, k)
     r = 1.0 / torch.sqrt((v * v).sum(dim=1) / k + norm_eps)  # from raw x, never x*gamma
-    u = v * gamma.to(F64).reshape(1, k) if gamma is not None else v
-    m = u @ phi.to(F64).t()  # h_mix: before scaling by r
+    if hf32_matmul:
+        u32 = x.to(torch.float32).reshape(-1, k)
+        u32 = u32 * gamma.to(torch.float32).reshape(1, k) if gamma is not None else u32
+        m = hf32(u32).to(F64) @ hf32(phi).to(F64).t()
+    else:
+        u = v * gamma.to(F64).reshape(1, k) if gamma is not None else v
+        m = u @ phi.to(F64).t()  # h_mix: before scaling by r
     w = r[:, None] * m
     alpha = alpha.to(F64)
     bias = bias.to(F64)

@@ -1,8 +1,7 @@
 // HF32 (SPEC §7, CANN's opImplMode 1): an fp32 value with its significand
 // rounded to 10 stored bits, half away from zero, on the bit pattern; a carry
 // rounds into the exponent (the largest values become Inf). NaN is returned as
-// it is: the bit formula alone would turn a NaN whose payload lies in the low 13
-// bits into Inf.
+// it is: the bit formula alone would turn some NaNs into Inf or a signed zero.
 #pragma once
 
 #include <cstdint>
