@@ -4,8 +4,8 @@
 #define MHC_ACL_ACL_H_
 
 #include "acl/acl_base.h"
-#include "acl/acl_meta.h"
 #include "acl/acl_rt.h"
+#include "aclnn/aclnn_base.h" /* tensors and executors (CANN keeps them there) */
 
 #ifdef __cplusplus
 extern "C" {

@@ -22,6 +22,9 @@ extern "C" {
 
 typedef int aclError;
 
+/* IEEE 754 binary16, as raw bits (CANN's host type for ACL_FLOAT16 data). */
+typedef uint16_t aclFloat16;
+
 typedef void *aclrtStream;
 typedef void *aclrtEvent;
 typedef void *aclrtContext;
@@ -78,6 +81,16 @@ typedef enum {
   ACL_FORMAT_NC = 35,
   ACL_FORMAT_NCL = 47
 } aclFormat;
+
+/* Bytes per element of dataType (ACL_BOOL 1, ACL_BF16 2, ACL_COMPLEX128 16, ...);
+ * 0 for ACL_STRING, ACL_DT_UNDEFINED and any value that is no aclDataType. */
+ACL_FUNC_VISIBILITY size_t aclDataTypeSize(aclDataType dataType);
+
+/* float <-> binary16: round to nearest, ties to even; subnormals exact;
+ * overflow (|value| >= 65520) gives +-Inf; Inf stays Inf, NaN stays NaN (its
+ * payload's top bits kept, so every binary16 value round-trips exactly). */
+ACL_FUNC_VISIBILITY aclFloat16 aclFloatToFloat16(float value);
+ACL_FUNC_VISIBILITY float aclFloat16ToFloat(aclFloat16 value);
 
 /* The message of the last failure of any acl / aclnn call on this thread
  * ("" when there was none). Valid until the next failure on the same thread. */

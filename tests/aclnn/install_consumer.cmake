@@ -1,8 +1,10 @@
-# Installs the project to a temporary prefix, then builds and runs a CANN-style
-# program against it twice: with find_package(mhc) + mhc::aclnn, and with plain
-# -I<prefix>/include -lmhc_aclnn (as C and as C++).
-# Run by ctest: cmake -DBUILD_DIR= -DCONSUMER_DIR= -DWORK_DIR= -DLIBDIR= -DCC= -DCXX= -P install_consumer.cmake
-foreach(var BUILD_DIR CONSUMER_DIR WORK_DIR LIBDIR CC CXX)
+# Installs the project to a temporary prefix, then builds and runs CANN-style
+# programs against it: with find_package(mhc) + mhc::aclnn, with plain
+# -I<prefix>/include -lmhc_aclnn (as C and as C++), and with CANN's own link
+# line (-lascendcl -lnnopbase ... : CANN_LIBRARIES, empty when not installed).
+# Run by ctest: cmake -DBUILD_DIR= -DCONSUMER_DIR= -DCANN_PROGRAM= -DCANN_LIBRARIES= -DWORK_DIR= -DLIBDIR=
+#   -DCC= -DCXX= -P install_consumer.cmake
+foreach(var BUILD_DIR CONSUMER_DIR CANN_PROGRAM WORK_DIR LIBDIR CC CXX)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "install_consumer.cmake: ${var} not set")
   endif()
@@ -35,3 +37,19 @@ run(${CC} -std=c99 -Wall -Wextra -Werror -I${prefix}/include ${CONSUMER_DIR}/con
 run(${CXX} -std=c++17 -Wall -Wextra -Werror -I${prefix}/include ${CONSUMER_DIR}/consumer.cpp -o ${WORK_DIR}/plain_cxx ${link})
 run(${WORK_DIR}/plain_c)
 run(${WORK_DIR}/plain_cxx)
+
+# 3. CANN's link line: each name is a link to libmhc_aclnn in the installed lib dir.
+string(REPLACE "," ";" CANN_LIBRARIES "${CANN_LIBRARIES}")  # passed comma-separated
+if(CANN_LIBRARIES)
+  set(cann_link -L${prefix}/${LIBDIR})
+  foreach(name ${CANN_LIBRARIES})
+    set(installed ${prefix}/${LIBDIR}/lib${name}.so)
+    if(NOT IS_SYMLINK ${installed})
+      message(FATAL_ERROR "${installed} is not installed as a link to libmhc_aclnn")
+    endif()
+    list(APPEND cann_link -l${name})
+  endforeach()
+  run(${CXX} -std=c++17 -Wall -Wextra -Werror -I${prefix}/include ${CANN_PROGRAM} -o ${WORK_DIR}/cann_line
+      ${cann_link} -Wl,-rpath,${prefix}/${LIBDIR})
+  run(${WORK_DIR}/cann_line)
+endif()

@@ -1,7 +1,7 @@
 // Table-driven rejection rules of the first phase (SPEC §7), for aclnnMhcPre,
 // aclnnMhcPreBackward and their V2 forms: one row per rule and tensor. Each
 // row asserts the exact code, a message of this operator, results pointers
-// and outputs untouched.
+// and outputs untouched. Which of two faults wins: test_check_order.cpp.
 #include <functional>
 #include <ostream>
 #include <string>
@@ -42,7 +42,7 @@ std::vector<std::string> slot_names(Op op) {
 }
 
 // Required in CANN's signature. hRes / gradHRes are required with a 3-entry
-// alpha (validate_* reports them); gradGamma is required because gamma is given.
+// alpha; gradGamma is required because gamma is given.
 std::vector<std::string> required_names(Op op) {
   if (is_forward(op)) return {"x", "phi", "alpha", "bias", "hIn", "hPost", "hRes"};
   return {"x", "phi", "alpha", "gradHIn", "gradHPost", "gradHRes", "invRms", "hMix", "hPre", "hPost",
@@ -98,15 +98,15 @@ std::vector<Row> rows_for(Op op) {
                   ACLNN_ERR_PARAM_INVALID});
   if (is_forward(op)) {  // the caches come all three or none
     rows.push_back({o + "_caches_incomplete", op, [](OpCase& c) { c.slot("hMix").present = false; },
-                    ACLNN_ERR_PARAM_NULLPTR});
+                    ACLNN_ERR_PARAM_INVALID});
   }
   if (is_v2(op)) {
     rows.push_back({o + "_opImplMode_1_accepted", op, [](OpCase&) {}, ACLNN_SUCCESS, 1});
     rows.push_back({o + "_opImplMode_2", op, [](OpCase&) {}, ACLNN_ERR_PARAM_INVALID, 2});
     rows.push_back({o + "_opImplMode_minus_1", op, [](OpCase&) {}, ACLNN_ERR_PARAM_INVALID, -1});
-    // opImplMode comes before everything, even a NULL tensor.
-    rows.push_back({o + "_opImplMode_before_null", op, [](OpCase& c) { c.slot("x").present = false; },
-                    ACLNN_ERR_PARAM_INVALID, 7});
+    // opImplMode comes last: a NULL tensor wins.
+    rows.push_back({o + "_null_before_opImplMode", op, [](OpCase& c) { c.slot("x").present = false; },
+                    ACLNN_ERR_PARAM_NULLPTR, 7});
   }
   return rows;
 }

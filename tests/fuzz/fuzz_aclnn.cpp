@@ -197,8 +197,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const aclnnStatus s2 = run(workspace, ws + extra, ex, nullptr);
   std::free(block);
   if (s2 != ACLNN_SUCCESS) fail(std::string(kNames[kOp]) + " failed after GetWorkspaceSize: " + aclGetRecentErrMsg());
-  if (kForward) check_accepted_forward(c, arena, !in.chance(128));
-  else check_accepted_backward(c, arena, !in.chance(128));
+  const Acceptance how{false, mode == 1 ? mhc::MatmulPrecision::hf32 : mhc::MatmulPrecision::fp32};
+  if (kForward) check_accepted_forward(c, arena, !in.chance(128), how);
+  else check_accepted_backward(c, arena, !in.chance(128), how);
 
   // The executor ran once: running or destroying it again is an error.
   const std::vector<uint8_t> after(arena.base, arena.base + arena.bytes);

@@ -721,14 +721,16 @@ double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 
 }  // namespace
 
-void check_accepted_forward(Case& c, const Arena& arena, bool rerun) {
+void check_accepted_forward(Case& c, const Arena& arena, bool rerun, const Acceptance& how) {
   check_writes_only_outputs(c, arena, arena.base, "forward");
   // The reference on a copy of the arena as it was before the call.
   std::vector<uint8_t> copy(arena.pristine);
   uint8_t* cb = copy.data();
   ForwardCall call = forward_call(c, cb);
+  call.options.matmul_precision = how.precision;
   mhc::core::ForwardProblem p;
-  const mhc::Status s = mhc::ops::pre_forward::validate(call.in, call.out, call.options, &p);
+  const mhc::Status s =
+      mhc::ops::pre_forward::validate(call.in, call.out, call.options, &p, {.eps_values = how.eps_values});
   if (!s.ok()) fail("forward: validation of the same call on a copy failed: " + s.message());
   const mhc::core::Dims& d = p.dims;
   const int64_t T = d.T, N = d.N, D = d.D, K = d.K, F = d.F, R = d.R;
@@ -790,7 +792,11 @@ void check_accepted_forward(Case& c, const Arena& arena, bool rerun) {
     std::memcpy(sb, arena.pristine.data(), arena.bytes);
     ForwardCall again = forward_call(c, sb);
     again.options.num_threads = c.problem.threads == 1 ? 3 : 1;
-    const mhc::Status s2 = mhc::pre_forward(again.in, again.out, again.options);
+    again.options.matmul_precision = how.precision;
+    mhc::core::ForwardProblem again_problem;  // through the operator layer: the face's rules
+    mhc::Status s2 = mhc::ops::pre_forward::validate(again.in, again.out, again.options, &again_problem,
+                                                     {.eps_values = how.eps_values});
+    if (s2.ok()) s2 = mhc::ops::pre_forward::run_in_thread_workspace(again_problem, again.options.num_threads);
     if (!s2.ok()) fail("forward rerun failed: " + s2.message());
     if (std::memcmp(sb, arena.base, arena.bytes) != 0) {
       for (size_t i = 0; i < arena.bytes; ++i)
@@ -801,13 +807,15 @@ void check_accepted_forward(Case& c, const Arena& arena, bool rerun) {
   }
 }
 
-void check_accepted_backward(Case& c, const Arena& arena, bool rerun) {
+void check_accepted_backward(Case& c, const Arena& arena, bool rerun, const Acceptance& how) {
   check_writes_only_outputs(c, arena, arena.base, "backward");
   std::vector<uint8_t> copy(arena.pristine);
   uint8_t* cb = copy.data();
   BackwardCall call = backward_call(c, cb);
+  call.options.matmul_precision = how.precision;
   mhc::core::BackwardProblem p;
-  const mhc::Status s = mhc::ops::pre_backward::validate(call.in, call.out, call.options, &p);
+  const mhc::Status s =
+      mhc::ops::pre_backward::validate(call.in, call.out, call.options, &p, {.eps_values = how.eps_values});
   if (!s.ok()) fail("backward: validation of the same call on a copy failed: " + s.message());
   const mhc::core::Dims& d = p.dims;
   const int64_t T = d.T, N = d.N, D = d.D, K = d.K, F = d.F, R = d.R;
@@ -913,7 +921,11 @@ void check_accepted_backward(Case& c, const Arena& arena, bool rerun) {
     std::memcpy(sb, arena.pristine.data(), arena.bytes);
     BackwardCall again = backward_call(c, sb);
     again.options.num_threads = c.problem.threads == 1 ? 3 : 1;
-    const mhc::Status s2 = mhc::pre_backward(again.in, again.out, again.options);
+    again.options.matmul_precision = how.precision;
+    mhc::core::BackwardProblem again_problem;  // through the operator layer: the face's rules
+    mhc::Status s2 = mhc::ops::pre_backward::validate(again.in, again.out, again.options, &again_problem,
+                                                      {.eps_values = how.eps_values});
+    if (s2.ok()) s2 = mhc::ops::pre_backward::run_in_thread_workspace(again_problem, again.options.num_threads);
     if (!s2.ok()) fail("backward rerun failed: " + s2.message());
     for (size_t i = 0; i < arena.bytes; ++i)
       if (sb[i] != arena.base[i])

@@ -157,8 +157,14 @@ BackwardCall backward_call(Case& c, uint8_t* base);
 // After an accepted call whose views all lie in the arena: the arena changed
 // only in output elements; outputs agree with the float64 reference; a rerun at
 // another thread count and address gives the same bits.
-void check_accepted_forward(Case& c, const Arena& arena, bool rerun);
-void check_accepted_backward(Case& c, const Arena& arena, bool rerun);
+// How the face that accepted the call validates it: the aclnn face checks no eps
+// value (SPEC §7), and its opImplMode gives the products' precision.
+struct Acceptance {
+  bool eps_values = true;
+  mhc::MatmulPrecision precision = mhc::MatmulPrecision::fp32;
+};
+void check_accepted_forward(Case& c, const Arena& arena, bool rerun, const Acceptance& how = {});
+void check_accepted_backward(Case& c, const Arena& arena, bool rerun, const Acceptance& how = {});
 
 // The C++ / C face targets (fuzz_pre_forward.cpp, fuzz_pre_backward.cpp).
 void run_cpp_target(const uint8_t* data, size_t size, Op op);

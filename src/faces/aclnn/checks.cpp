@@ -1,25 +1,222 @@
-// Checks shared by the aclnn operators: opImplMode (V2) and the NULL checks
-// that come before anything else (SPEC §7).
+// The first phase's checks (face.hpp): each reads a tensor's dims, dtype or
+// format and, when it fails, records a message naming the tensor by CANN's
+// parameter name and returns CANN's code.
+#include <algorithm>
 #include <string>
 
 #include "faces/aclnn/face.hpp"
 
 namespace mhc::faces::aclnn {
+namespace {
 
-aclnnStatus check_op_impl_mode(const char* op, int64_t mode) {
-  // 0: default, 1: HF32 on Ascend (computed here in full fp32, at least as accurate).
-  if (mode != 0 && mode != 1)
-    return fail(ACLNN_ERR_PARAM_INVALID, std::string(op) + ": opImplMode must be 0 or 1, got " + std::to_string(mode));
+int64_t saturated_mul(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+int64_t saturated_add(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+int64_t saturated_factorial(int64_t n) {
+  int64_t f = 1;
+  for (int64_t i = 2; i <= n && f != INT64_MAX; ++i) f = saturated_mul(f, i);
+  return f;
+}
+
+std::string dims_text(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(dims[i]);
+  }
+  return s + "]";
+}
+
+const char* dtype_name(int32_t dtype) {
+  switch (dtype) {
+    case ACL_FLOAT: return "ACL_FLOAT";
+    case ACL_FLOAT16: return "ACL_FLOAT16";
+    case ACL_INT8: return "ACL_INT8";
+    case ACL_INT32: return "ACL_INT32";
+    case ACL_UINT8: return "ACL_UINT8";
+    case ACL_INT16: return "ACL_INT16";
+    case ACL_UINT16: return "ACL_UINT16";
+    case ACL_UINT32: return "ACL_UINT32";
+    case ACL_INT64: return "ACL_INT64";
+    case ACL_UINT64: return "ACL_UINT64";
+    case ACL_DOUBLE: return "ACL_DOUBLE";
+    case ACL_BOOL: return "ACL_BOOL";
+    case ACL_STRING: return "ACL_STRING";
+    case ACL_COMPLEX64: return "ACL_COMPLEX64";
+    case ACL_COMPLEX128: return "ACL_COMPLEX128";
+    case ACL_BF16: return "ACL_BF16";
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+Shape named_shape(std::vector<const char*> names, std::vector<int64_t> dims, const std::string& note) {
+  std::string label = "[";
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i) label += ',';
+    label += names[i];
+  }
+  label += "]=" + dims_text(dims) + note;
+  return {std::move(dims), label};
+}
+
+const char* private_format_name(int32_t format) {
+  switch (format) {
+    case ACL_FORMAT_NC1HWC0: return "ACL_FORMAT_NC1HWC0";
+    case ACL_FORMAT_FRACTAL_Z: return "ACL_FORMAT_FRACTAL_Z";
+    case ACL_FORMAT_NC1HWC0_C04: return "ACL_FORMAT_NC1HWC0_C04";
+    case ACL_FORMAT_FRACTAL_NZ: return "ACL_FORMAT_FRACTAL_NZ";
+    case ACL_FORMAT_NDC1HWC0: return "ACL_FORMAT_NDC1HWC0";
+    case ACL_FRACTAL_Z_3D: return "ACL_FRACTAL_Z_3D";
+    default: return nullptr;
+  }
+}
+
+bool is_plain_format(int32_t format) {
+  switch (format) {
+    case ACL_FORMAT_NCHW: case ACL_FORMAT_NHWC: case ACL_FORMAT_ND: case ACL_FORMAT_HWCN:
+    case ACL_FORMAT_NDHWC: case ACL_FORMAT_NCDHW: case ACL_FORMAT_NC: case ACL_FORMAT_NCL:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Shape TokenDims::per_token(std::initializer_list<const char*> names, std::vector<int64_t> inner) const {
+  std::vector<const char*> all = bsnd ? std::vector<const char*>{"B", "S"} : std::vector<const char*>{"T"};
+  std::vector<int64_t> dims = lead;
+  all.insert(all.end(), names.begin(), names.end());
+  dims.insert(dims.end(), inner.begin(), inner.end());
+  return named_shape(all, dims);
+}
+
+TokenDims token_dims(const std::vector<int64_t>& x) {
+  TokenDims t;
+  t.bsnd = x.size() == 4;
+  t.lead.assign(x.begin(), x.end() - 2);
+  t.N = x[x.size() - 2];
+  t.D = x[x.size() - 1];
+  t.K = saturated_mul(t.N, t.D);
+  t.two_n = saturated_mul(2, t.N);
+  return t;
+}
+
+std::vector<Shape> phi_shapes(const TokenDims& t, bool with_residual, bool without_residual) {
+  const int64_t N = t.N, two_n = t.two_n;
+  const int64_t square = saturated_add(two_n, saturated_mul(N, N));
+  const int64_t perm = saturated_add(two_n, saturated_factorial(N));
+  std::vector<Shape> shapes;
+  if (with_residual) {
+    shapes.push_back(named_shape({"F", "K"}, {square, t.K}, " (F=2N+N*N, K=N*D)"));
+    if (perm != square) shapes.push_back(named_shape({"F", "K"}, {perm, t.K}, " (F=2N+N!)"));
+  }
+  if (without_residual) shapes.push_back(named_shape({"F", "K"}, {two_n, t.K}, " (F=2N: two-entry alpha)"));
+  return shapes;
+}
+
+std::vector<Shape> residual_shapes(const TokenDims& t, int64_t R) {
+  std::vector<Shape> shapes;
+  if (R == saturated_mul(t.N, t.N)) shapes.push_back(t.per_token({"N", "N"}, {t.N, t.N}));
+  shapes.push_back(t.per_token({"R"}, {R}));
+  return shapes;
+}
+
+aclnnStatus Checks::fail(int code, const std::string& what) const {
+  return aclnn::fail(code, std::string(op_) + ": " + what);
+}
+
+aclnnStatus Checks::result_pointers(const uint64_t* workspace_size, aclOpExecutor* const* executor) const {
+  if (workspace_size == nullptr) return fail(ACLNN_ERR_PARAM_NULLPTR, "workspaceSize is NULL");
+  if (executor == nullptr) return fail(ACLNN_ERR_PARAM_NULLPTR, "executor is NULL");
   return ACLNN_SUCCESS;
 }
 
-aclnnStatus check_required(const char* op, std::initializer_list<TensorArg> required, const uint64_t* workspace_size,
-                           aclOpExecutor* const* executor) {
-  for (const TensorArg& arg : required)
-    if (arg.tensor == nullptr)
-      return fail(ACLNN_ERR_PARAM_NULLPTR, std::string(op) + ": " + arg.name + " is NULL (required)");
-  if (workspace_size == nullptr) return fail(ACLNN_ERR_PARAM_NULLPTR, std::string(op) + ": workspaceSize is NULL");
-  if (executor == nullptr) return fail(ACLNN_ERR_PARAM_NULLPTR, std::string(op) + ": executor is NULL");
+aclnnStatus Checks::not_null(const TensorArg& arg, const char* why) const {
+  if (arg.tensor == nullptr) return fail(ACLNN_ERR_PARAM_NULLPTR, std::string(arg.name) + " is NULL (" + why + ")");
+  return ACLNN_SUCCESS;
+}
+
+aclnnStatus Checks::info(const TensorArg& arg, TensorInfo* info) const {
+  if (!tensor_info(arg.tensor, info))
+    return fail(ACLNN_ERR_PARAM_INVALID, std::string(arg.name) + ": not a live aclTensor (destroyed or never created)");
+  return ACLNN_SUCCESS;
+}
+
+aclnnStatus Checks::not_empty(const TensorArg& arg) const {
+  TensorInfo t;
+  ACLNN_RETURN_IF_ERROR(info(arg, &t));
+  if (std::find(t.dims.begin(), t.dims.end(), 0) != t.dims.end())
+    return fail(ACLNN_ERR_PARAM_INVALID, std::string(arg.name) + ": empty tensor " + dims_text(t.dims) +
+                                             " is not supported");
+  return ACLNN_SUCCESS;
+}
+
+aclnnStatus Checks::rank(const TensorArg& arg, std::initializer_list<size_t> ranks) const {
+  TensorInfo t;
+  ACLNN_RETURN_IF_ERROR(info(arg, &t));
+  if (std::find(ranks.begin(), ranks.end(), t.dims.size()) != ranks.end()) return ACLNN_SUCCESS;
+  std::string expected;
+  for (size_t r : ranks) {
+    if (!expected.empty()) expected += " or ";
+    expected += std::to_string(r);
+  }
+  return fail(ACLNN_ERR_PARAM_INVALID, std::string(arg.name) + ": expected rank " + expected + ", got rank " +
+                                           std::to_string(t.dims.size()) + " " + dims_text(t.dims));
+}
+
+aclnnStatus Checks::shape(const TensorArg& arg, const std::vector<Shape>& shapes) const {
+  TensorInfo t;
+  ACLNN_RETURN_IF_ERROR(info(arg, &t));
+  std::string expected;
+  for (const Shape& s : shapes) {
+    if (s.dims == t.dims) return ACLNN_SUCCESS;
+    if (!expected.empty()) expected += " or ";
+    expected += s.label;
+  }
+  return fail(ACLNN_ERR_PARAM_INVALID, std::string(arg.name) + ": expected " + expected + ", got " + dims_text(t.dims));
+}
+
+aclnnStatus Checks::x_dtype(const TensorArg& x) const {
+  TensorInfo t;
+  ACLNN_RETURN_IF_ERROR(info(x, &t));
+  if (t.dtype == ACL_BF16 || t.dtype == ACL_FLOAT16) return ACLNN_SUCCESS;
+  if (t.dtype == ACL_FLOAT)
+    return fail(ACLNN_ERR_PARAM_INVALID,
+                std::string(x.name) + ": ACL_FLOAT is not supported (ACL_BF16 or ACL_FLOAT16)");
+  return dtype(x, ACL_BF16, " or ACL_FLOAT16");
+}
+
+aclnnStatus Checks::dtype(const TensorArg& arg, int32_t expected, const char* why) const {
+  TensorInfo t;
+  ACLNN_RETURN_IF_ERROR(info(arg, &t));
+  if (t.dtype == expected) return ACLNN_SUCCESS;
+  const std::string want = std::string(dtype_name(expected)) + why;
+  if (const char* got = dtype_name(t.dtype))
+    return fail(ACLNN_ERR_PARAM_INVALID, std::string(arg.name) + ": expected " + want + ", got " + got);
+  return fail(ACLNN_ERR_PARAM_INVALID, std::string(arg.name) + ": aclDataType " + std::to_string(t.dtype) +
+                                           " is not supported (expected " + want + ")");
+}
+
+aclnnStatus Checks::format(const TensorArg& arg) const {
+  TensorInfo t;
+  ACLNN_RETURN_IF_ERROR(info(arg, &t));
+  if (const char* name = private_format_name(t.format))
+    return fail(ACLNN_ERR_PARAM_INVALID,
+                std::string(arg.name) + ": private format " + name + " is not supported (use ACL_FORMAT_ND)");
+  if (!is_plain_format(t.format))
+    return fail(ACLNN_ERR_PARAM_INVALID, std::string(arg.name) + ": unknown aclFormat " + std::to_string(t.format));
+  return ACLNN_SUCCESS;
+}
+
+aclnnStatus Checks::op_impl_mode(int64_t mode) const {
+  if (mode != 0 && mode != 1)
+    return fail(ACLNN_ERR_PARAM_INVALID, "opImplMode must be 0 (fp32) or 1 (HF32), got " + std::to_string(mode));
   return ACLNN_SUCCESS;
 }
 

@@ -1,7 +1,8 @@
 // Internals of the aclnn face (libmhc_aclnn): error messages, handle registries,
-// aclTensor -> mhc::TensorView translation and executors. The face translates
-// CANN's arguments into the operator layer's and nothing more: every shape and
-// dtype rule is mhc::ops::pre_*::validate's.
+// aclTensor -> mhc::TensorView translation, the first phase's checks and
+// executors. The face checks what CANN checks, in CANN's order, with CANN's
+// codes (SPEC §7); mhc::ops::pre_*::validate then checks the rest (memory,
+// strides, overlap, size limits) and makes the problem.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <string>
 #include <unordered_map>
 #include <variant>
+#include <vector>
 
 #include "acl/acl.h"
 #include "core/problem.hpp"
@@ -94,6 +96,19 @@ struct TensorArg {
   const aclTensor* tensor;
 };
 
+// What the first phase's checks read of a live aclTensor.
+struct TensorInfo {
+  std::vector<int64_t> dims;  // the view's
+  int32_t dtype = ACL_DT_UNDEFINED;  // aclDataType, as passed (any int)
+  int32_t format = ACL_FORMAT_ND;    // aclFormat, as passed (any int)
+};
+// False when `tensor` is not a live aclTensor (destroyed or never created).
+bool tensor_info(const aclTensor* tensor, TensorInfo* info);
+// The name of a private (Ascend-tiled) aclFormat, else nullptr.
+const char* private_format_name(int32_t format);
+// Formats that describe plain row-major memory (the dims say everything).
+bool is_plain_format(int32_t format);
+
 // A live aclTensor translated to a view: data = base + offset * element size,
 // the view dims and strides (elements). Rejects, with ACLNN_ERR_PARAM_INVALID,
 // what only CANN's tensors can be: a destroyed handle, a dtype with no mhc
@@ -101,21 +116,66 @@ struct TensorArg {
 aclnnStatus to_view(const char* op, const TensorArg& arg, TensorView* view);
 // Same, as an optional: absent when the argument is NULL.
 aclnnStatus to_optional_view(const char* op, const TensorArg& arg, std::optional<TensorView>* view);
-// CANN takes x in bf16 or fp16 only; fp32 x is rejected as CANN rejects it.
-aclnnStatus check_x_not_fp32(const char* op, const TensorView& x);
 
-// --- checks shared by the operators ---
 #define ACLNN_RETURN_IF_ERROR(expr)               \
   do {                                            \
     const aclnnStatus status_ = (expr);           \
     if (status_ != ACLNN_SUCCESS) return status_; \
   } while (0)
 
-// V2: opImplMode in {0, 1}, checked before anything else.
-aclnnStatus check_op_impl_mode(const char* op, int64_t mode);
-// Each `required` tensor, then workspaceSize and executor: NULL -> 161001.
-aclnnStatus check_required(const char* op, std::initializer_list<TensorArg> required,
-                           const uint64_t* workspace_size, aclOpExecutor* const* executor);
+// --- the first phase's checks (SPEC §7, in the order the operators call them) ---
+// A shape a tensor may take, and how a message prints it: "[T,D]=[5,8]".
+struct Shape {
+  std::vector<int64_t> dims;
+  std::string label;
+};
+// named_shape({"N","D"}, {4,8}) is "[N,D]=[4,8]" (then `note`).
+Shape named_shape(std::vector<const char*> names, std::vector<int64_t> dims, const std::string& note = "");
+
+// What x says of the per-token tensors: the token dims ([B,S] or [T]), N, D
+// and K = N*D (saturated, as 2N: only compared with dims).
+struct TokenDims {
+  bool bsnd = false;
+  std::vector<int64_t> lead;
+  int64_t N = 0, D = 0, K = 0, two_n = 0;  // K and two_n saturated
+  // The per-token shape with trailing dims `inner`, named `names`.
+  Shape per_token(std::initializer_list<const char*> names, std::vector<int64_t> inner) const;
+  // x's own shape.
+  Shape x_shape() const { return per_token({"N", "D"}, {N, D}); }
+};
+// x's dims are [B,S,N,D] or [T,N,D], non-empty (checked before).
+TokenDims token_dims(const std::vector<int64_t>& x_dims);
+// phi's shapes [F,K]: with a residual branch F = 2N+N*N or 2N+N!, without F = 2N.
+std::vector<Shape> phi_shapes(const TokenDims& t, bool with_residual, bool without_residual);
+// hRes / gradHRes: [..,N,N] (only when R = N*N) or [..,R].
+std::vector<Shape> residual_shapes(const TokenDims& t, int64_t R);
+
+// Each check records a message "<op>: <tensor>: ..." (CANN's parameter names)
+// and returns CANN's code; the checks read dims, dtypes and formats only.
+class Checks {
+ public:
+  explicit Checks(const char* op) : op_(op) {}
+  aclnnStatus fail(int code, const std::string& what) const;
+  // workspaceSize and executor, before anything else: NULL -> 161001.
+  aclnnStatus result_pointers(const uint64_t* workspace_size, aclOpExecutor* const* executor) const;
+  // NULL -> 161001, `why` saying why the tensor is required.
+  aclnnStatus not_null(const TensorArg& arg, const char* why = "required") const;
+  // The descriptor of a given tensor; a handle that is not live -> 161002.
+  aclnnStatus info(const TensorArg& arg, TensorInfo* info) const;
+  // The rest give 161002.
+  aclnnStatus not_empty(const TensorArg& arg) const;
+  aclnnStatus rank(const TensorArg& arg, std::initializer_list<size_t> ranks) const;
+  aclnnStatus shape(const TensorArg& arg, const std::vector<Shape>& shapes) const;
+  // x: ACL_BF16 or ACL_FLOAT16 (CANN rejects ACL_FLOAT x; the C++ API takes it).
+  aclnnStatus x_dtype(const TensorArg& x) const;
+  aclnnStatus dtype(const TensorArg& arg, int32_t expected, const char* why = "") const;
+  aclnnStatus format(const TensorArg& arg) const;
+  // V2: 0 (fp32) or 1 (HF32).
+  aclnnStatus op_impl_mode(int64_t mode) const;
+
+ private:
+  const char* op_;
+};
 
 // --- executors ---
 using Problem = std::variant<core::ForwardProblem, core::BackwardProblem>;

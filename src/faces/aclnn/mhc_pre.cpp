@@ -1,8 +1,13 @@
 // aclnnMhcPre / aclnnMhcPreV2: MhcPre (forward) behind CANN's two-phase API.
-// Order of checks (SPEC §7): opImplMode (V2) -> NULL required tensors and
-// result pointers (161001) -> what only aclTensors can get wrong (161002) ->
-// mhc::ops::pre_forward::validate (its code, its message naming the tensor).
+// Order of the checks (SPEC §7, CANN's op_api): workspaceSize and executor ->
+// NULL required tensors -> empty inputs -> input ranks -> alpha's length ->
+// hRes NULL with a 3-entry alpha (161001) -> output ranks and the cache group
+// -> shapes -> dtypes -> formats -> opImplMode. Then what CANN does not check
+// (storage, offsets, strides, NULL data, overlap, size limits):
+// mhc::ops::pre_forward::validate, which also makes the problem.
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "aclnnop/aclnn_mhc_pre.h"
 #include "aclnnop/aclnn_mhc_pre_v2.h"
@@ -10,40 +15,134 @@
 #include "ops/pre_forward/pre_forward.hpp"
 
 namespace mhc::faces::aclnn {
-
 namespace {
 
-aclnnStatus forward_workspace(const char* op, const char* run_op, const aclTensor* x, const aclTensor* phi,
-                              const aclTensor* alpha, const aclTensor* bias, const aclTensor* gamma,
-                              double norm_eps, double hc_eps, aclTensor* h_in, aclTensor* h_post,
-                              aclTensor* h_res, aclTensor* inv_rms, aclTensor* h_mix, aclTensor* h_pre,
-                              uint64_t* workspace_size, aclOpExecutor** executor) {
-  // hRes is left to pre_forward::validate: required with a 3-entry alpha, absent with a 2-entry one.
-  ACLNN_RETURN_IF_ERROR(check_required(op, {{"x", x}, {"phi", phi}, {"alpha", alpha}, {"bias", bias},
-                                            {"hIn", h_in}, {"hPost", h_post}},
-                                       workspace_size, executor));
+struct ForwardArgs {
+  TensorArg x, phi, alpha, bias, gamma;
+  double norm_eps, hc_eps;
+  int64_t op_impl_mode;  // 0 for aclnnMhcPre
+  TensorArg h_in, h_post, h_res, inv_rms, h_mix, h_pre;
+  uint64_t* workspace_size;
+  aclOpExecutor** executor;
+};
+
+// CANN's checks, in CANN's order. *with_residual: alpha has 3 entries;
+// *caches: invRms, hMix and hPre are given.
+aclnnStatus check_forward(const Checks& c, const ForwardArgs& a, bool* with_residual, bool* caches) {
+  ACLNN_RETURN_IF_ERROR(c.result_pointers(a.workspace_size, a.executor));
+  for (const TensorArg& t : {a.x, a.phi, a.alpha, a.bias, a.h_in, a.h_post}) ACLNN_RETURN_IF_ERROR(c.not_null(t));
+
+  std::vector<TensorArg> inputs = {a.x, a.phi, a.alpha, a.bias};
+  if (a.gamma.tensor != nullptr) inputs.push_back(a.gamma);
+  for (const TensorArg& t : inputs) ACLNN_RETURN_IF_ERROR(c.not_empty(t));
+
+  TensorInfo x, alpha, phi;
+  ACLNN_RETURN_IF_ERROR(c.rank(a.x, {3, 4}));
+  ACLNN_RETURN_IF_ERROR(c.rank(a.phi, {2}));
+  ACLNN_RETURN_IF_ERROR(c.rank(a.alpha, {1}));
+  ACLNN_RETURN_IF_ERROR(c.rank(a.bias, {1}));
+  if (a.gamma.tensor != nullptr) ACLNN_RETURN_IF_ERROR(c.rank(a.gamma, {2}));
+  ACLNN_RETURN_IF_ERROR(c.info(a.x, &x));
+  ACLNN_RETURN_IF_ERROR(c.info(a.alpha, &alpha));
+  const size_t xr = x.dims.size();
+
+  const int64_t entries = alpha.dims[0];
+  if (entries != 2 && entries != 3)
+    return c.fail(ACLNN_ERR_PARAM_INVALID, "alpha: expected [2] or [3], got [" + std::to_string(entries) + "]");
+  *with_residual = entries == 3;
+  if (*with_residual) ACLNN_RETURN_IF_ERROR(c.not_null(a.h_res, "required: alpha has 3 entries"));
+
+  ACLNN_RETURN_IF_ERROR(c.rank(a.h_in, {xr - 1}));
+  ACLNN_RETURN_IF_ERROR(c.rank(a.h_post, {xr - 1}));
+  if (*with_residual) ACLNN_RETURN_IF_ERROR(c.rank(a.h_res, {xr, xr - 1}));
+  const int given = int(a.inv_rms.tensor != nullptr) + int(a.h_mix.tensor != nullptr) + int(a.h_pre.tensor != nullptr);
+  if (given != 0 && given != 3) {
+    auto state = [](const TensorArg& t) { return std::string(t.name) + (t.tensor ? " given" : " NULL"); };
+    return c.fail(ACLNN_ERR_PARAM_INVALID, "the caches invRms, hMix, hPre come all three or none; got " +
+                                               state(a.inv_rms) + ", " + state(a.h_mix) + ", " + state(a.h_pre));
+  }
+  *caches = given == 3;
+  if (*caches) {
+    ACLNN_RETURN_IF_ERROR(c.rank(a.inv_rms, {xr - 2}));
+    ACLNN_RETURN_IF_ERROR(c.rank(a.h_mix, {xr - 1}));
+    ACLNN_RETURN_IF_ERROR(c.rank(a.h_pre, {xr - 1}));
+  }
+
+  // Shapes; N and D are those of x (any N >= 1, D >= 1: x is not empty).
+  const TokenDims t = token_dims(x.dims);
+  ACLNN_RETURN_IF_ERROR(c.shape(a.phi, phi_shapes(t, *with_residual, !*with_residual)));
+  ACLNN_RETURN_IF_ERROR(c.info(a.phi, &phi));
+  const int64_t F = phi.dims[0], R = F - t.two_n;  // F >= 2N: it is one of phi_shapes
+  ACLNN_RETURN_IF_ERROR(c.shape(a.bias, {named_shape({"F"}, {F}, " (phi's rows)")}));
+  if (a.gamma.tensor != nullptr) ACLNN_RETURN_IF_ERROR(c.shape(a.gamma, {named_shape({"N", "D"}, {t.N, t.D})}));
+  ACLNN_RETURN_IF_ERROR(c.shape(a.h_in, {t.per_token({"D"}, {t.D})}));
+  ACLNN_RETURN_IF_ERROR(c.shape(a.h_post, {t.per_token({"N"}, {t.N})}));
+  if (*with_residual) ACLNN_RETURN_IF_ERROR(c.shape(a.h_res, residual_shapes(t, R)));
+  if (*caches) {
+    ACLNN_RETURN_IF_ERROR(c.shape(a.inv_rms, {t.per_token({}, {})}));
+    ACLNN_RETURN_IF_ERROR(c.shape(a.h_mix, {t.per_token({"F"}, {F})}));
+    ACLNN_RETURN_IF_ERROR(c.shape(a.h_pre, {t.per_token({"N"}, {t.N})}));
+  }
+
+  ACLNN_RETURN_IF_ERROR(c.x_dtype(a.x));
+  for (const TensorArg& in : {a.phi, a.alpha, a.bias}) ACLNN_RETURN_IF_ERROR(c.dtype(in, ACL_FLOAT));
+  if (a.gamma.tensor != nullptr) ACLNN_RETURN_IF_ERROR(c.dtype(a.gamma, ACL_FLOAT));
+  ACLNN_RETURN_IF_ERROR(c.dtype(a.h_in, x.dtype, " (x's dtype)"));
+  ACLNN_RETURN_IF_ERROR(c.dtype(a.h_post, ACL_FLOAT));
+  if (*with_residual) ACLNN_RETURN_IF_ERROR(c.dtype(a.h_res, ACL_FLOAT));
+  if (*caches)
+    for (const TensorArg& out : {a.inv_rms, a.h_mix, a.h_pre}) ACLNN_RETURN_IF_ERROR(c.dtype(out, ACL_FLOAT));
+
+  std::vector<TensorArg> formatted = inputs;
+  formatted.insert(formatted.end(), {a.h_in, a.h_post});
+  if (*with_residual) formatted.push_back(a.h_res);
+  if (*caches) formatted.insert(formatted.end(), {a.inv_rms, a.h_mix, a.h_pre});
+  for (const TensorArg& f : formatted) ACLNN_RETURN_IF_ERROR(c.format(f));
+
+  return c.op_impl_mode(a.op_impl_mode);
+}
+
+aclnnStatus forward_workspace(const char* op, const char* run_op, const ForwardArgs& a) {
+  const Checks c(op);
+  bool with_residual = false, caches = false;
+  ACLNN_RETURN_IF_ERROR(check_forward(c, a, &with_residual, &caches));
+
   PreForwardInputs in;
   PreForwardOutputs out;
-  ACLNN_RETURN_IF_ERROR(to_view(op, {"x", x}, &in.x));
-  ACLNN_RETURN_IF_ERROR(check_x_not_fp32(op, in.x));
-  ACLNN_RETURN_IF_ERROR(to_view(op, {"phi", phi}, &in.phi));
-  ACLNN_RETURN_IF_ERROR(to_view(op, {"alpha", alpha}, &in.alpha));
-  ACLNN_RETURN_IF_ERROR(to_view(op, {"bias", bias}, &in.bias));
-  ACLNN_RETURN_IF_ERROR(to_optional_view(op, {"gamma", gamma}, &in.gamma));
-  ACLNN_RETURN_IF_ERROR(to_view(op, {"hIn", h_in}, &out.h_in));
-  ACLNN_RETURN_IF_ERROR(to_view(op, {"hPost", h_post}, &out.h_post));
-  ACLNN_RETURN_IF_ERROR(to_optional_view(op, {"hRes", h_res}, &out.h_res));
-  ACLNN_RETURN_IF_ERROR(to_optional_view(op, {"invRms", inv_rms}, &out.inv_rms));
-  ACLNN_RETURN_IF_ERROR(to_optional_view(op, {"hMix", h_mix}, &out.h_mix));
-  ACLNN_RETURN_IF_ERROR(to_optional_view(op, {"hPre", h_pre}, &out.h_pre));
+  ACLNN_RETURN_IF_ERROR(to_view(op, a.x, &in.x));
+  ACLNN_RETURN_IF_ERROR(to_view(op, a.phi, &in.phi));
+  ACLNN_RETURN_IF_ERROR(to_view(op, a.alpha, &in.alpha));
+  ACLNN_RETURN_IF_ERROR(to_view(op, a.bias, &in.bias));
+  ACLNN_RETURN_IF_ERROR(to_optional_view(op, a.gamma, &in.gamma));
+  ACLNN_RETURN_IF_ERROR(to_view(op, a.h_in, &out.h_in));
+  ACLNN_RETURN_IF_ERROR(to_view(op, a.h_post, &out.h_post));
+  // With a two-entry alpha an hRes given is not looked at: left untouched (SPEC §6).
+  if (with_residual) ACLNN_RETURN_IF_ERROR(to_optional_view(op, a.h_res, &out.h_res));
+  if (caches) {
+    ACLNN_RETURN_IF_ERROR(to_optional_view(op, a.inv_rms, &out.inv_rms));
+    ACLNN_RETURN_IF_ERROR(to_optional_view(op, a.h_mix, &out.h_mix));
+    ACLNN_RETURN_IF_ERROR(to_optional_view(op, a.h_pre, &out.h_pre));
+  }
 
   Options options;
-  options.norm_eps = norm_eps;
-  options.hc_eps = hc_eps;
+  options.norm_eps = a.norm_eps;
+  options.hc_eps = a.hc_eps;
+  options.matmul_precision = a.op_impl_mode == 1 ? MatmulPrecision::hf32 : MatmulPrecision::fp32;
   core::ForwardProblem problem;
-  ACLNN_RETURN_IF_ERROR(from_status(op, ops::pre_forward::validate(in, out, options, &problem)));
+  ACLNN_RETURN_IF_ERROR(from_status(
+      op, ops::pre_forward::validate(in, out, options, &problem, ops::pre_forward::Rules{.eps_values = false})));
   const size_t bytes = ops::pre_forward::workspace_bytes(problem);
-  return create_executor(run_op, problem, bytes, workspace_size, executor);
+  return create_executor(run_op, problem, bytes, a.workspace_size, a.executor);
+}
+
+ForwardArgs forward_args(const aclTensor* x, const aclTensor* phi, const aclTensor* alpha, const aclTensor* bias,
+                         const aclTensor* gamma, double norm_eps, double hc_eps, int64_t mode, aclTensor* h_in,
+                         aclTensor* h_post, aclTensor* h_res, aclTensor* inv_rms, aclTensor* h_mix,
+                         aclTensor* h_pre, uint64_t* workspace_size, aclOpExecutor** executor) {
+  return {{"x", x},         {"phi", phi},       {"alpha", alpha},     {"bias", bias},   {"gamma", gamma},
+          norm_eps,         hc_eps,             mode,                 {"hIn", h_in},    {"hPost", h_post},
+          {"hRes", h_res},  {"invRms", inv_rms}, {"hMix", h_mix},     {"hPre", h_pre},  workspace_size,
+          executor};
 }
 
 }  // namespace
@@ -61,8 +160,9 @@ aclnnStatus aclnnMhcPreGetWorkspaceSize(const aclTensor* x, const aclTensor* phi
                                         aclOpExecutor** executor) {
   static const char* op = "aclnnMhcPreGetWorkspaceSize";
   return guarded(op, [&] {
-    return forward_workspace(op, "aclnnMhcPre", x, phi, alpha, bias, gammaOptional, normEps, hcEps, hIn, hPost,
-                             hRes, invRmsOptional, hMixOptional, hPreOptional, workspaceSize, executor);
+    return forward_workspace(op, "aclnnMhcPre",
+                             forward_args(x, phi, alpha, bias, gammaOptional, normEps, hcEps, 0, hIn, hPost, hRes,
+                                          invRmsOptional, hMixOptional, hPreOptional, workspaceSize, executor));
   });
 }
 
@@ -79,9 +179,10 @@ aclnnStatus aclnnMhcPreV2GetWorkspaceSize(const aclTensor* x, const aclTensor* p
                                           aclOpExecutor** executor) {
   static const char* op = "aclnnMhcPreV2GetWorkspaceSize";
   return guarded(op, [&] {
-    ACLNN_RETURN_IF_ERROR(check_op_impl_mode(op, opImplMode));
-    return forward_workspace(op, "aclnnMhcPreV2", x, phi, alpha, bias, gammaOptional, normEps, hcEps, hIn,
-                             hPost, hRes, invRmsOptional, hMixOptional, hPreOptional, workspaceSize, executor);
+    return forward_workspace(op, "aclnnMhcPreV2",
+                             forward_args(x, phi, alpha, bias, gammaOptional, normEps, hcEps, opImplMode, hIn,
+                                          hPost, hRes, invRmsOptional, hMixOptional, hPreOptional, workspaceSize,
+                                          executor));
   });
 }
 

@@ -34,29 +34,6 @@ std::string dims_string(const std::vector<int64_t>& dims) {
   return s + "]";
 }
 
-const char* private_format_name(int32_t format) {
-  switch (format) {
-    case ACL_FORMAT_NC1HWC0: return "ACL_FORMAT_NC1HWC0";
-    case ACL_FORMAT_FRACTAL_Z: return "ACL_FORMAT_FRACTAL_Z";
-    case ACL_FORMAT_NC1HWC0_C04: return "ACL_FORMAT_NC1HWC0_C04";
-    case ACL_FORMAT_FRACTAL_NZ: return "ACL_FORMAT_FRACTAL_NZ";
-    case ACL_FORMAT_NDC1HWC0: return "ACL_FORMAT_NDC1HWC0";
-    case ACL_FRACTAL_Z_3D: return "ACL_FRACTAL_Z_3D";
-    default: return nullptr;
-  }
-}
-
-// Formats that describe plain row-major memory (the dims say everything).
-bool is_plain_format(int32_t format) {
-  switch (format) {
-    case ACL_FORMAT_NCHW: case ACL_FORMAT_NHWC: case ACL_FORMAT_ND: case ACL_FORMAT_HWCN:
-    case ACL_FORMAT_NDHWC: case ACL_FORMAT_NCDHW: case ACL_FORMAT_NC: case ACL_FORMAT_NCL:
-      return true;
-    default:
-      return false;
-  }
-}
-
 bool to_mhc_dtype(int32_t dtype, DType* out) {
   switch (dtype) {
     case ACL_BF16: *out = DType::bf16; return true;
@@ -98,6 +75,15 @@ bool view_inside_storage(const Tensor& t) {
 }
 
 }  // namespace
+
+bool tensor_info(const aclTensor* tensor, TensorInfo* info) {
+  std::shared_ptr<Tensor> t = tensors().find(handle_id(tensor));
+  if (!t) return false;
+  info->dims = t->view_dims;
+  info->dtype = t->dtype;
+  info->format = t->format;
+  return true;
+}
 
 aclnnStatus to_view(const char* op, const TensorArg& arg, TensorView* view) {
   const std::string where = std::string(op) + ": " + arg.name;
@@ -147,12 +133,6 @@ aclnnStatus to_optional_view(const char* op, const TensorArg& arg, std::optional
   TensorView v;
   if (aclnnStatus s = to_view(op, arg, &v); s != ACLNN_SUCCESS) return s;
   *view = v;
-  return ACLNN_SUCCESS;
-}
-
-aclnnStatus check_x_not_fp32(const char* op, const TensorView& x) {
-  if (x.dtype == DType::fp32)
-    return fail(ACLNN_ERR_PARAM_INVALID, std::string(op) + ": x: ACL_FLOAT is not supported (ACL_BF16 or ACL_FLOAT16)");
   return ACLNN_SUCCESS;
 }
 
