@@ -73,17 +73,19 @@ MHC_API mhc_options mhc_default_options(void);
 
 MHC_API int mhc_pre_forward(const mhc_tensor *x, const mhc_tensor *phi, const mhc_tensor *alpha,
                             const mhc_tensor *bias, const mhc_tensor *gamma /* nullable */,
-                            const mhc_tensor *h_in, const mhc_tensor *h_post,
+                            const mhc_tensor *h_in,
+                            const mhc_tensor *h_post /* NULL iff alpha has 1 entry (the head) */,
                             const mhc_tensor *h_res /* NULL iff alpha has 2 entries */,
                             const mhc_tensor *inv_rms, const mhc_tensor *h_mix,
                             const mhc_tensor *h_pre /* caches: all three or none */,
                             const mhc_options *options /* nullable: defaults */);
 
 MHC_API int mhc_pre_backward(const mhc_tensor *x, const mhc_tensor *phi, const mhc_tensor *alpha,
-                             const mhc_tensor *grad_h_in, const mhc_tensor *grad_h_post,
+                             const mhc_tensor *grad_h_in,
+                             const mhc_tensor *grad_h_post /* NULL iff alpha has 1 entry */,
                              const mhc_tensor *grad_h_res /* NULL iff alpha has 2 entries */,
                              const mhc_tensor *inv_rms, const mhc_tensor *h_mix,
-                             const mhc_tensor *h_pre, const mhc_tensor *h_post,
+                             const mhc_tensor *h_pre, const mhc_tensor *h_post /* NULL iff alpha has 1 entry */,
                              const mhc_tensor *gamma /* nullable */,
                              const mhc_tensor *grad_x_post /* nullable */,
                              const mhc_tensor *grad_x, const mhc_tensor *grad_phi,

@@ -104,14 +104,16 @@ struct Options {
 struct PreForwardInputs {
   TensorView x;      // bf16 | fp16 | fp32
   TensorView phi;    // [F, N*D] fp32
-  TensorView alpha;  // [3] or [2] fp32
+  TensorView alpha;  // [3], [2] or [1] (the head) fp32
   TensorView bias;   // [F] fp32
   std::optional<TensorView> gamma;  // [N, D] fp32; absent = ones
 };
+// A one-entry alpha (phi [N, K], bias [N]) is the head (SPEC §6): only h_in and the
+// caches; an h_post or h_res given is left untouched.
 struct PreForwardOutputs {
   TensorView h_in;                    // [.., D], x's dtype
-  TensorView h_post;                  // [.., N] fp32
-  std::optional<TensorView> h_res;    // [.., N, N] or [.., R] fp32; absent iff alpha has 2 entries
+  std::optional<TensorView> h_post;   // [.., N] fp32; required unless alpha has 1 entry
+  std::optional<TensorView> h_res;    // [.., N, N] or [.., R] fp32; required iff alpha has 3 entries
   std::optional<TensorView> inv_rms;  // [..] fp32      } the three caches:
   std::optional<TensorView> h_mix;    // [.., F] fp32   } all or none
   std::optional<TensorView> h_pre;    // [.., N] fp32   }
@@ -119,25 +121,26 @@ struct PreForwardOutputs {
 MHC_API Status pre_forward(const PreForwardInputs& in, const PreForwardOutputs& out,
                    const Options& options = {});
 
-// Backward MhcPreBackward (SPEC §3).
+// Backward MhcPreBackward (SPEC §3). With a one-entry alpha (the head) grad_h_post,
+// grad_h_res and h_post are not read.
 struct PreBackwardInputs {
   TensorView x;
   TensorView phi;
   TensorView alpha;
-  TensorView grad_h_in;                  // [.., D], x's dtype
-  TensorView grad_h_post;                // [.., N] fp32
-  std::optional<TensorView> grad_h_res;  // [.., N, N] or [.., R]; absent iff alpha has 2 entries
-  TensorView inv_rms;                    // [..]
-  TensorView h_mix;                      // [.., F]
-  TensorView h_pre;                      // [.., N]
-  TensorView h_post;                     // [.., N]
+  TensorView grad_h_in;                    // [.., D], x's dtype
+  std::optional<TensorView> grad_h_post;   // [.., N] fp32; required unless alpha has 1 entry
+  std::optional<TensorView> grad_h_res;    // [.., N, N] or [.., R]; required iff alpha has 3 entries
+  TensorView inv_rms;                      // [..]
+  TensorView h_mix;                        // [.., F]
+  TensorView h_pre;                        // [.., N]
+  std::optional<TensorView> h_post;        // [.., N]; required unless alpha has 1 entry
   std::optional<TensorView> gamma;        // [N, D]
   std::optional<TensorView> grad_x_post;  // x's shape and dtype; absent = 0
 };
 struct PreBackwardOutputs {
   TensorView grad_x;      // x's shape and dtype
   TensorView grad_phi;    // [F, N*D] fp32
-  TensorView grad_alpha;  // [3] or [2] fp32
+  TensorView grad_alpha;  // alpha's shape: [3], [2] or [1] fp32
   TensorView grad_bias;   // [F] fp32
   std::optional<TensorView> grad_gamma;  // [N, D] fp32, required iff gamma is given
 };

@@ -41,8 +41,10 @@ struct Strided {
 struct Dims {
   int64_t B = 0, S = 0, T = 0;  // T = B*S
   int64_t N = 0, D = 0, K = 0;  // K = N*D
-  int64_t R = 0, F = 0;         // F = 2N + R; R = 0 for two-entry alpha
+  int64_t R = 0, F = 0;         // F = 2N + R; R = 0 for a two- or one-entry alpha
   bool two_entry_alpha = false; // alpha has 2 entries, F = 2N, no residual branch
+  bool head = false;            // alpha has 1 entry, F = N: the pre branch only (SPEC §6)
+  int alpha_entries() const { return head ? 1 : two_entry_alpha ? 2 : 3; }
   bool bsnd = false;            // x came as [B,S,N,D]
 };
 

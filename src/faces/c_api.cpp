@@ -82,13 +82,14 @@ int mhc_pre_forward(const mhc_tensor* x, const mhc_tensor* phi, const mhc_tensor
                     const mhc_tensor* h_post, const mhc_tensor* h_res, const mhc_tensor* inv_rms,
                     const mhc_tensor* h_mix, const mhc_tensor* h_pre, const mhc_options* options) {
   return guarded([&] {
-    const char* const names[] = {"x", "phi", "alpha", "bias", "h_in", "h_post"};
-    const mhc_tensor* const ptrs[] = {x, phi, alpha, bias, h_in, h_post};
+    // h_post and h_res: their presence depends on alpha's entries, which validation checks.
+    const char* const names[] = {"x", "phi", "alpha", "bias", "h_in"};
+    const mhc_tensor* const ptrs[] = {x, phi, alpha, bias, h_in};
     if (const char* missing = first_null(names, ptrs))
       return fail(MHC_ERR_NULLPTR, MHC_ERROR_NULL, std::string(missing) + ": required, got NULL");
     const mhc::PreForwardInputs in{to_view(*x), to_view(*phi), to_view(*alpha), to_view(*bias),
                                    optional_view(gamma)};
-    const mhc::PreForwardOutputs out{to_view(*h_in), to_view(*h_post), optional_view(h_res),
+    const mhc::PreForwardOutputs out{to_view(*h_in), optional_view(h_post), optional_view(h_res),
                                      optional_view(inv_rms), optional_view(h_mix), optional_view(h_pre)};
     return finish(mhc::pre_forward(in, out, to_options(options)));
   });
@@ -103,15 +104,16 @@ int mhc_pre_backward(const mhc_tensor* x, const mhc_tensor* phi, const mhc_tenso
                      const mhc_tensor* grad_bias, const mhc_tensor* grad_gamma,
                      const mhc_options* options) {
   return guarded([&] {
-    const char* const names[] = {"x", "phi", "alpha", "grad_h_in", "grad_h_post", "inv_rms", "h_mix",
-                                 "h_pre", "h_post", "grad_x", "grad_phi", "grad_alpha", "grad_bias"};
-    const mhc_tensor* const ptrs[] = {x, phi, alpha, grad_h_in, grad_h_post, inv_rms, h_mix,
-                                      h_pre, h_post, grad_x, grad_phi, grad_alpha, grad_bias};
+    // grad_h_post, grad_h_res, h_post: their presence depends on alpha's entries (validation).
+    const char* const names[] = {"x", "phi", "alpha", "grad_h_in", "inv_rms", "h_mix",
+                                 "h_pre", "grad_x", "grad_phi", "grad_alpha", "grad_bias"};
+    const mhc_tensor* const ptrs[] = {x, phi, alpha, grad_h_in, inv_rms, h_mix,
+                                      h_pre, grad_x, grad_phi, grad_alpha, grad_bias};
     if (const char* missing = first_null(names, ptrs))
       return fail(MHC_ERR_NULLPTR, MHC_ERROR_NULL, std::string(missing) + ": required, got NULL");
     const mhc::PreBackwardInputs in{to_view(*x), to_view(*phi), to_view(*alpha), to_view(*grad_h_in),
-                                    to_view(*grad_h_post), optional_view(grad_h_res), to_view(*inv_rms),
-                                    to_view(*h_mix), to_view(*h_pre), to_view(*h_post),
+                                    optional_view(grad_h_post), optional_view(grad_h_res), to_view(*inv_rms),
+                                    to_view(*h_mix), to_view(*h_pre), optional_view(h_post),
                                     optional_view(gamma), optional_view(grad_x_post)};
     const mhc::PreBackwardOutputs out{to_view(*grad_x), to_view(*grad_phi), to_view(*grad_alpha),
                                       to_view(*grad_bias), optional_view(grad_gamma)};

@@ -18,10 +18,12 @@ struct PreShape {
   int64_t N = 0, D = 0, K = 0;  // streams, columns, K = N * D
   int64_t F = 0, R = 0;         // rows of phi (2N + R), residual logits (0 with a two-entry alpha)
   bool two_entry_alpha = false;  // alpha has 2 entries: no residual branch
+  bool head = false;             // alpha has 1 entry, F = N: the pre branch only (SPEC §6)
   DType x_dtype = DType::fp32;   // x, h_in, grad_h_in, grad_x_post, grad_x
   // The products take HF32 operands (SPEC §7): phi comes rounded (the driver's
   // preparation); the kernels round u = v * gamma and G as they form them.
   bool hf32 = false;
+  int alpha_entries() const { return head ? 1 : two_entry_alpha ? 2 : 3; }
 };
 
 // A per-token tensor of fp32 values: token t's row of unit-stride values at

@@ -40,7 +40,7 @@ kernels::Matrix<Float> matrix(const core::Strided& s) {
 
 inline kernels::PreShape shape_of(const core::Dims& d, DType x_dtype, bool hf32) {
   return {.T = d.T, .N = d.N, .D = d.D, .K = d.K, .F = d.F, .R = d.R,
-          .two_entry_alpha = d.two_entry_alpha, .x_dtype = x_dtype, .hf32 = hf32};
+          .two_entry_alpha = d.two_entry_alpha, .head = d.head, .x_dtype = x_dtype, .hf32 = hf32};
 }
 
 }  // namespace mhc::ops

@@ -69,7 +69,7 @@ Status check_x(const char* name, const TensorView& x, TokenSpace* space) {
   return {};
 }
 
-// phi fixes F, alpha must agree: [2] exactly when F = 2N.
+// phi fixes F, alpha must agree: [2] exactly when F = 2N, [1] exactly when F = N.
 Status check_phi_alpha(const char* phi_name, const TensorView& phi, const char* alpha_name,
                        const TensorView& alpha, core::Dims* d) {
   MHC_RETURN_IF_ERROR(check_view(phi_name, phi));
@@ -80,26 +80,29 @@ Status check_phi_alpha(const char* phi_name, const TensorView& phi, const char* 
     f_square = INT64_MAX;
   const int64_t f_perm = fact > INT64_MAX - 2 * N ? INT64_MAX : 2 * N + fact;
   const bool rows_ok = phi.rank == 2 && phi.shape[1] == d->K &&
-                       (phi.shape[0] == f_square || phi.shape[0] == f_perm || phi.shape[0] == 2 * N);
+                       (phi.shape[0] == f_square || phi.shape[0] == f_perm || phi.shape[0] == 2 * N ||
+                        phi.shape[0] == N);
   if (!rows_ok) {
     std::string expected = "[F,K] with K=N*D=" + std::to_string(d->K) + " and F one of 2N+N*N=" +
                            std::to_string(f_square);
     if (f_perm != f_square)
       expected += ", 2N+N!=" + (f_perm == INT64_MAX ? std::string("(too large)") : std::to_string(f_perm));
-    expected += ", 2N=" + std::to_string(2 * N) + " (two-entry alpha)";
+    expected += ", 2N=" + std::to_string(2 * N) + " (two-entry alpha), N=" + std::to_string(N) + " (the head)";
     return shape_error(phi_name, expected, phi);
   }
   d->F = phi.shape[0];
   int64_t phi_elements, mix_elements;
   if (!within_limit(d->F, d->K, &phi_elements) || !within_limit(d->T, d->F, &mix_elements))
     return shape_error(phi_name, std::string("F*K and T*F of at most ") + kMaxOperandText, phi);
-  d->R = d->F - 2 * N;
-  d->two_entry_alpha = d->R == 0;
+  d->head = d->F == N;
+  d->R = d->head ? 0 : d->F - 2 * N;
+  d->two_entry_alpha = !d->head && d->R == 0;
   MHC_RETURN_IF_ERROR(check_view(alpha_name, alpha));
   MHC_RETURN_IF_ERROR(check_dtype(alpha_name, alpha, DType::fp32));
-  const int64_t entries = d->two_entry_alpha ? 2 : 3;
-  const std::string why = d->two_entry_alpha ? " (phi has F=2N rows: no residual branch)"
-                                             : " (phi has F=2N+R rows, R=" + std::to_string(d->R) + ")";
+  const int64_t entries = d->alpha_entries();
+  const std::string why = d->head              ? " (phi has F=N rows: the head, the pre branch only)"
+                          : d->two_entry_alpha ? " (phi has F=2N rows: no residual branch)"
+                                               : " (phi has F=2N+R rows, R=" + std::to_string(d->R) + ")";
   return check_shape(alpha_name, alpha, {{{entries}, "[" + std::to_string(entries) + "]" + why}},
                                nullptr);
 }

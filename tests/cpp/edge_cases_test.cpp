@@ -223,8 +223,8 @@ TEST(EdgeSizes, WorkspaceBeyondMemoryFailsCleanlyBeforeAnyWrite) {
   EXPECT_EQ(grad_alpha, std::vector<float>(3, -7.0f));
   EXPECT_EQ(grad_bias, std::vector<float>(3, -7.0f));
   // The C face says the same.
-  const mhc_tensor c[] = {to_c(in.x), to_c(in.phi), to_c(in.alpha), to_c(in.grad_h_in), to_c(in.grad_h_post),
-                          to_c(*in.grad_h_res), to_c(in.inv_rms), to_c(in.h_mix), to_c(in.h_pre), to_c(in.h_post),
+  const mhc_tensor c[] = {to_c(in.x), to_c(in.phi), to_c(in.alpha), to_c(in.grad_h_in), to_c(*in.grad_h_post),
+                          to_c(*in.grad_h_res), to_c(in.inv_rms), to_c(in.h_mix), to_c(in.h_pre), to_c(*in.h_post),
                           to_c(out.grad_x), to_c(out.grad_phi), to_c(out.grad_alpha), to_c(out.grad_bias)};
   EXPECT_EQ(mhc_pre_backward(&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7], &c[8], &c[9], nullptr, nullptr,
                              &c[10], &c[11], &c[12], &c[13], nullptr, nullptr),
@@ -661,7 +661,7 @@ TEST(EdgeErrorPaths, NoOutputByteChangesOnAnyKindOfError) {
   const std::vector<Failure> failures = {
       {"null", [](auto& in, auto&, auto&) { in.h_mix.data = nullptr; }, mhc::StatusCode::null_pointer},
       {"dtype", [](auto& in, auto&, auto&) { in.h_pre.dtype = DType::bf16; }, mhc::StatusCode::invalid_argument},
-      {"shape", [](auto& in, auto&, auto&) { in.grad_h_post.shape[1] = 5; }, mhc::StatusCode::invalid_argument},
+      {"shape", [](auto& in, auto&, auto&) { in.grad_h_post->shape[1] = 5; }, mhc::StatusCode::invalid_argument},
       {"negative stride", [](auto& in, auto&, auto&) { in.x.strides[2] = -1; }, mhc::StatusCode::invalid_argument},
       {"hc_eps NaN", [](auto&, auto&, auto& o) { o.hc_eps = NAN; }, mhc::StatusCode::invalid_argument},
       {"overlap", [](auto&, auto& out, auto&) { out.grad_bias = TensorView(out.grad_phi.data, DType::fp32, {24}); },
@@ -684,8 +684,8 @@ TEST(EdgeErrorPaths, NoOutputByteChangesOnAnyKindOfError) {
     EXPECT_EQ(st.code(), f.code) << st.message();
     EXPECT_FALSE(st.message().empty());
     EXPECT_TRUE(snapshot_all(all_tensors(o)) == before) << "the C++ face wrote on error";
-    const mhc_tensor c[] = {to_c(in.x), to_c(in.phi), to_c(in.alpha), to_c(in.grad_h_in), to_c(in.grad_h_post),
-                            to_c(*in.grad_h_res), to_c(in.inv_rms), to_c(in.h_mix), to_c(in.h_pre), to_c(in.h_post),
+    const mhc_tensor c[] = {to_c(in.x), to_c(in.phi), to_c(in.alpha), to_c(in.grad_h_in), to_c(*in.grad_h_post),
+                            to_c(*in.grad_h_res), to_c(in.inv_rms), to_c(in.h_mix), to_c(in.h_pre), to_c(*in.h_post),
                             to_c(*in.gamma), to_c(*in.grad_x_post), to_c(out.grad_x), to_c(out.grad_phi),
                             to_c(out.grad_alpha), to_c(out.grad_bias), to_c(*out.grad_gamma)};
     mhc_options co = mhc_default_options();

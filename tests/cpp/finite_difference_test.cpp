@@ -47,11 +47,11 @@ FdProblem make_fd_problem(int64_t N, int64_t D, int64_t T, FForm form, bool gamm
   };
   f.x = draw(T * K, -1.5, 1.5);
   f.phi = draw(F * K, -2.0 / std::sqrt(double(K)), 2.0 / std::sqrt(double(K)));
-  f.alpha = draw(form == FForm::two_entry ? 2 : 3, 0.3, 1.5);
+  f.alpha = draw(alpha_entries(form), 0.3, 1.5);
   f.bias = draw(F, -1, 1);
   if (gamma) f.gamma = draw(K, gamma_lo, gamma_hi);
   p.grad_h_in = draw(T * D, -1, 1);
-  p.grad_h_post = draw(T * N, -1, 1);
+  if (form != FForm::head) p.grad_h_post = draw(T * N, -1, 1);
   p.grad_h_res = draw(T * R, -1, 1);
   if (grad_x_post) p.grad_x_post = draw(T * K, -1, 1);
   return p;
@@ -159,7 +159,8 @@ std::string fd_name(const ::testing::TestParamInfo<FdParam>& info) {
 
 INSTANTIATE_TEST_SUITE_P(AllForms, ReferenceBackwardMatchesFiniteDifferences,
                          ::testing::Combine(::testing::Values<int64_t>(1, 2, 3, 4), ::testing::Values<int64_t>(1, 3),
-                                            ::testing::Values(FForm::square, FForm::permutation, FForm::two_entry),
+                                            ::testing::Values(FForm::square, FForm::permutation, FForm::two_entry,
+                                                              FForm::head),
                                             ::testing::Bool(), ::testing::Bool()),
                          fd_name);
 

@@ -123,7 +123,8 @@ GradXMagnitudes grad_x_magnitudes(const mhc::kernels::reference::BackwardInputs6
   out.literal.resize(static_cast<size_t>(d.T * d.K));
   out.expanded.resize(static_cast<size_t>(d.T * d.K));
   std::vector<double> G(static_cast<size_t>(d.F)), G_abs(static_cast<size_t>(d.F));
-  const double alpha[3] = {in.alpha[0], in.alpha[1], d.two_entry_alpha ? 0.0 : in.alpha[2]};
+  const size_t entries = in.alpha.size();
+  const double alpha[3] = {in.alpha[0], entries > 1 ? in.alpha[1] : 0.0, entries > 2 ? in.alpha[2] : 0.0};
   for (int64_t t = 0; t < d.T; ++t) {
     const double r = in.inv_rms[t];
     double g_r = 0, g_r_abs = 0;

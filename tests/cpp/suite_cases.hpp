@@ -60,6 +60,21 @@ inline std::vector<Config> oracle_configs() {
   real.N = 4; real.D = 1280; real.B = 2; real.S = 8; real.bsnd = true; real.dtype = DType::bf16;
   real.grad_x_post = true; real.seed = 100 + i++;
   out.push_back(real);
+  // The head (one-entry alpha, F = N): N 1..8, each dtype and layout, with and
+  // without gamma, grad_x_post and caches.
+  for (int64_t N = 1; N <= 8; ++N) {
+    Config c;
+    c.form = FForm::head;
+    c.N = N; c.D = Ds[N % 5]; c.dtype = dtypes[N % 3];
+    c.bsnd = N % 2 == 0;
+    const int64_t T = Ts[(N + 1) % 4];
+    if (c.bsnd && T % 2 == 0 && T > 0) { c.B = 2; c.S = T / 2; } else { c.B = 1; c.S = T; }
+    c.gamma = N % 3 != 1;
+    c.grad_x_post = N % 2 == 1;
+    c.caches = N != 5;
+    c.seed = 100 + i++;
+    out.push_back(c);
+  }
   return out;
 }
 

@@ -240,13 +240,15 @@ inline ::testing::AssertionResult gaps_untouched(const Tensor& t, uint8_t fill) 
 
 // ---------------------------------------------------------------- operands of one call
 
-// Residual branch: R = N*N, R = N!, or none (two-entry alpha, F = 2N).
-enum class FForm { square, permutation, two_entry };
+// Residual branch: R = N*N, R = N!, or none (two-entry alpha, F = 2N); the head
+// (one-entry alpha, F = N) has neither a residual nor a post branch.
+enum class FForm { square, permutation, two_entry, head };
 inline const char* fform_name(FForm f) {
-  return f == FForm::square ? "square" : f == FForm::permutation ? "perm" : "two_entry";
+  return f == FForm::square ? "square" : f == FForm::permutation ? "perm" : f == FForm::two_entry ? "two_entry" : "head";
 }
+inline int64_t alpha_entries(FForm form) { return form == FForm::head ? 1 : form == FForm::two_entry ? 2 : 3; }
 inline int64_t residual_count(FForm form, int64_t N) {
-  if (form == FForm::two_entry) return 0;
+  if (form == FForm::two_entry || form == FForm::head) return 0;
   if (form == FForm::square) return N * N;
   int64_t f = 1;
   for (int64_t i = 2; i <= N; ++i) f *= i;
@@ -269,11 +271,12 @@ struct Config {
   int64_t T() const { return B * S; }
   int64_t K() const { return N * D; }
   int64_t R() const { return residual_count(form, N); }
-  int64_t F() const { return 2 * N + R(); }
+  int64_t F() const { return form == FForm::head ? N : 2 * N + R(); }
   mhc::kernels::PreShape dims() const {
     mhc::kernels::PreShape d;
     d.T = T(); d.N = N; d.D = D; d.K = K(); d.R = R(); d.F = F();
     d.two_entry_alpha = form == FForm::two_entry;
+    d.head = form == FForm::head;
     return d;
   }
   // A per-token shape in x's layout: [B,S,inner...] or [T,inner...].
@@ -334,7 +337,7 @@ inline Operands make_operands(const Config& c) {
   o.phi = make_tensor(DType::fp32, {F, K});
   const double phi_scale = 1.0 / std::sqrt(double(K));
   fill(o.phi, [&] { return rng.uniform(-2, 2) * phi_scale; });
-  o.alpha = make_tensor(DType::fp32, {c.form == FForm::two_entry ? 2 : 3});
+  o.alpha = make_tensor(DType::fp32, {alpha_entries(c.form)});
   fill(o.alpha, [&] { return rng.uniform(0.25, 1.5); });
   o.bias = make_tensor(DType::fp32, {F});
   fill(o.bias, [&] { return rng.uniform(-1, 1); });
@@ -343,17 +346,19 @@ inline Operands make_operands(const Config& c) {
     fill(o.gamma, [&] { return rng.uniform(0.5, 1.5); });
   }
   o.h_in = make_tensor(c.dtype, c.token_shape({D}), kOutputFill);
-  o.h_post = make_tensor(DType::fp32, c.token_shape({N}), kOutputFill);
-  if (c.form != FForm::two_entry) o.h_res = make_tensor(DType::fp32, c.residual_shape(), kOutputFill);
+  if (c.form != FForm::head) o.h_post = make_tensor(DType::fp32, c.token_shape({N}), kOutputFill);
+  if (alpha_entries(c.form) == 3) o.h_res = make_tensor(DType::fp32, c.residual_shape(), kOutputFill);
   o.inv_rms = make_tensor(DType::fp32, c.token_shape({}), kOutputFill);
   o.h_mix = make_tensor(DType::fp32, c.token_shape({F}), kOutputFill);
   o.h_pre = make_tensor(DType::fp32, c.token_shape({N}), kOutputFill);
 
   o.grad_h_in = make_tensor(c.dtype, c.token_shape({D}));
   fill(o.grad_h_in, [&] { return rng.normal(); });
-  o.grad_h_post = make_tensor(DType::fp32, c.token_shape({N}));
-  fill(o.grad_h_post, [&] { return rng.normal(); });
-  if (c.form != FForm::two_entry) {
+  if (c.form != FForm::head) {
+    o.grad_h_post = make_tensor(DType::fp32, c.token_shape({N}));
+    fill(o.grad_h_post, [&] { return rng.normal(); });
+  }
+  if (alpha_entries(c.form) == 3) {
     o.grad_h_res = make_tensor(DType::fp32, c.residual_shape());
     fill(o.grad_h_res, [&] { return rng.normal(); });
   }
@@ -363,7 +368,7 @@ inline Operands make_operands(const Config& c) {
   }
   o.grad_x = make_tensor(c.dtype, c.token_shape({N, D}), kOutputFill);
   o.grad_phi = make_tensor(DType::fp32, {F, K}, kOutputFill);
-  o.grad_alpha = make_tensor(DType::fp32, {c.form == FForm::two_entry ? 2 : 3}, kOutputFill);
+  o.grad_alpha = make_tensor(DType::fp32, {alpha_entries(c.form)}, kOutputFill);
   o.grad_bias = make_tensor(DType::fp32, {F}, kOutputFill);
   if (c.gamma) o.grad_gamma = make_tensor(DType::fp32, {N, D}, kOutputFill);
   return o;
@@ -373,7 +378,7 @@ inline mhc::PreForwardInputs forward_inputs(Operands& o) {
   return {o.x.view(), o.phi.view(), o.alpha.view(), o.bias.view(), o.gamma.optional_view()};
 }
 inline mhc::PreForwardOutputs forward_outputs(Operands& o) {
-  mhc::PreForwardOutputs out{o.h_in.view(), o.h_post.view(), o.h_res.optional_view(), {}, {}, {}};
+  mhc::PreForwardOutputs out{o.h_in.view(), o.h_post.optional_view(), o.h_res.optional_view(), {}, {}, {}};
   if (o.cfg.caches) {
     out.inv_rms = o.inv_rms.view();
     out.h_mix = o.h_mix.view();
@@ -382,9 +387,9 @@ inline mhc::PreForwardOutputs forward_outputs(Operands& o) {
   return out;
 }
 inline mhc::PreBackwardInputs backward_inputs(Operands& o) {
-  return {o.x.view(), o.phi.view(), o.alpha.view(), o.grad_h_in.view(), o.grad_h_post.view(),
+  return {o.x.view(), o.phi.view(), o.alpha.view(), o.grad_h_in.view(), o.grad_h_post.optional_view(),
           o.grad_h_res.optional_view(), o.inv_rms.view(), o.h_mix.view(), o.h_pre.view(),
-          o.h_post.view(), o.gamma.optional_view(), o.grad_x_post.optional_view()};
+          o.h_post.optional_view(), o.gamma.optional_view(), o.grad_x_post.optional_view()};
 }
 inline mhc::PreBackwardOutputs backward_outputs(Operands& o) {
   return {o.grad_x.view(), o.grad_phi.view(), o.grad_alpha.view(), o.grad_bias.view(),
@@ -429,12 +434,12 @@ inline mhc::kernels::reference::BackwardInputs64 backward64(const Operands& o) {
   in.alpha = o.alpha.values();
   in.gamma = values_or_empty(o.gamma);
   in.grad_h_in = o.grad_h_in.values();
-  in.grad_h_post = o.grad_h_post.values();
+  in.grad_h_post = values_or_empty(o.grad_h_post);
   in.grad_h_res = values_or_empty(o.grad_h_res);
   in.inv_rms = o.inv_rms.values();
   in.h_mix = o.h_mix.values();
   in.h_pre = o.h_pre.values();
-  in.h_post = o.h_post.values();
+  in.h_post = values_or_empty(o.h_post);
   in.grad_x_post = values_or_empty(o.grad_x_post);
   in.hc_eps = o.cfg.hc_eps;
   return in;

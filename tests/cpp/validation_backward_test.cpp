@@ -16,6 +16,8 @@ const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 std::vector<Rule> backward_rules() {
   const Config base = base_config(), tnd = tnd_config(), two = two_entry_config(), perm = perm_config();
+  Config head = base;
+  head.form = FForm::head;
   const Config no_gamma = no_gamma_config();
   return {
       // ---- x (the generic view rules are in the forward table; these are the backward's)
@@ -25,7 +27,7 @@ std::vector<Rule> backward_rules() {
       dtype_rule("grad_h_in_bf16_for_fp32_x", B, base, [](Call& k) { k.bin.x = retyped(k.bin.x, DType::fp32); },
                  "grad_h_in: expected dtype fp32 (x's dtype), got bf16"),
       shape_rule("phi_rows_not_an_F_form", B, base, [&](Call& k) { k.bin.phi = k.add(DType::fp32, {23, 32}); },
-                 "phi: expected [F,K] with K=N*D=32 and F one of 2N+N*N=24, 2N+N!=32, 2N=8 (two-entry alpha), "
+                 "phi: expected [F,K] with K=N*D=32 and F one of 2N+N*N=24, 2N+N!=32, 2N=8 (two-entry alpha), N=4 (the head), "
                  "got [23,32]"),
       shape_rule("alpha_2_entries_with_residual_rows", B, base,
                  [](Call& k) { k.bin.alpha = reshaped(k.bin.alpha, {2}); },
@@ -45,7 +47,7 @@ std::vector<Rule> backward_rules() {
                   "grad_h_in: expected non-negative strides, got [24,-8,1]"),
       // ---- grad_h_post, grad_h_res
       dtype_rule("grad_h_post_bf16", B, base,
-                 [](Call& k) { k.bin.grad_h_post = retyped(k.bin.grad_h_post, DType::bf16); },
+                 [](Call& k) { k.bin.grad_h_post = retyped(*k.bin.grad_h_post, DType::bf16); },
                  "grad_h_post: expected dtype fp32, got bf16"),
       shape_rule("grad_h_post_N_plus_1", B, base, [&](Call& k) { k.bin.grad_h_post = k.add(DType::fp32, {2, 3, 5}); },
                  "grad_h_post: expected [B,S,N]=[2,3,4], got [2,3,5]"),
@@ -59,6 +61,12 @@ std::vector<Rule> backward_rules() {
       dtype_rule("grad_h_res_fp16", B, base,
                  [](Call& k) { k.bin.grad_h_res = retyped(*k.bin.grad_h_res, DType::fp16); },
                  "grad_h_res: expected dtype fp32, got fp16"),
+      null_rule("grad_h_post_missing", B, base, [](Call& k) { k.bin.grad_h_post.reset(); },
+                "grad_h_post: required (alpha has 2 or 3 entries), got none"),
+      null_rule("h_post_missing", B, base, [](Call& k) { k.bin.h_post.reset(); },
+                "h_post: required (alpha has 2 or 3 entries), got none"),
+      shape_rule("grad_alpha_3_entries_for_head", B, head, [&](Call& k) { k.bout.grad_alpha = k.add(DType::fp32, {3}); },
+                 "grad_alpha: expected [1] (alpha's shape), got [3]"),
       null_rule("grad_h_res_missing_with_3_entry_alpha", B, base, [](Call& k) { k.bin.grad_h_res.reset(); },
                 "grad_h_res: required (alpha has 3 entries), got none"),
       // ---- the forward's caches and h_post
@@ -74,9 +82,9 @@ std::vector<Rule> backward_rules() {
                  "h_mix: expected [B,S,F]=[2,3,32], got [2,3,24]"),
       shape_rule("h_pre_N_minus_1", B, base, [](Call& k) { k.bin.h_pre = reshaped(k.bin.h_pre, {2, 3, 3}); },
                  "h_pre: expected [B,S,N]=[2,3,4], got [2,3,3]"),
-      dtype_rule("h_post_fp16", B, base, [](Call& k) { k.bin.h_post = retyped(k.bin.h_post, DType::fp16); },
+      dtype_rule("h_post_fp16", B, base, [](Call& k) { k.bin.h_post = retyped(*k.bin.h_post, DType::fp16); },
                  "h_post: expected dtype fp32, got fp16"),
-      shape_rule("h_post_tnd_in_bsnd_call", B, base, [](Call& k) { k.bin.h_post = reshaped(k.bin.h_post, {6, 4}); },
+      shape_rule("h_post_tnd_in_bsnd_call", B, base, [](Call& k) { k.bin.h_post = reshaped(*k.bin.h_post, {6, 4}); },
                  "h_post: expected [B,S,N]=[2,3,4], got [6,4]"),
       // ---- gamma, grad_x_post
       shape_rule("gamma_N_by_D_plus_1", B, base, [&](Call& k) { k.bin.gamma = k.add(DType::fp32, {4, 9}); },

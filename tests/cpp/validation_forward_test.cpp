@@ -17,6 +17,8 @@ const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 std::vector<Rule> forward_rules() {
   const Config base = base_config(), tnd = tnd_config(), two = two_entry_config(), perm = perm_config();
+  Config head = base;
+  head.form = FForm::head;
   return {
       // ---- x: every generic view rule, on x
       null_rule("x_null_data", F, base, [](Call& k) { k.fin.x.data = nullptr; }, "x: data pointer is null"),
@@ -54,17 +56,17 @@ std::vector<Rule> forward_rules() {
       layout_rule("phi_misaligned_fp32", F, base, [](Call& k) { k.fin.phi = moved_by_bytes(k.fin.phi, 2); },
                   "phi: data pointer is not aligned to its element size (4 bytes)"),
       shape_rule("phi_rows_not_an_F_form", F, base, [&](Call& k) { k.fin.phi = k.add(DType::fp32, {25, 32}); },
-                 "phi: expected [F,K] with K=N*D=32 and F one of 2N+N*N=24, 2N+N!=32, 2N=8 (two-entry alpha), "
+                 "phi: expected [F,K] with K=N*D=32 and F one of 2N+N*N=24, 2N+N!=32, 2N=8 (two-entry alpha), N=4 (the head), "
                  "got [25,32]"),
       shape_rule("phi_columns_not_K", F, base, [&](Call& k) { k.fin.phi = k.add(DType::fp32, {24, 33}); },
-                 "phi: expected [F,K] with K=N*D=32 and F one of 2N+N*N=24, 2N+N!=32, 2N=8 (two-entry alpha), "
+                 "phi: expected [F,K] with K=N*D=32 and F one of 2N+N*N=24, 2N+N!=32, 2N=8 (two-entry alpha), N=4 (the head), "
                  "got [24,33]"),
       shape_rule("phi_rank_1", F, base, [](Call& k) { k.fin.phi = reshaped(k.fin.phi, {24 * 32}); },
-                 "phi: expected [F,K] with K=N*D=32 and F one of 2N+N*N=24, 2N+N!=32, 2N=8 (two-entry alpha), "
+                 "phi: expected [F,K] with K=N*D=32 and F one of 2N+N*N=24, 2N+N!=32, 2N=8 (two-entry alpha), N=4 (the head), "
                  "got [768]"),
       shape_rule("phi_rows_for_N3", F, [] { Config c = base_config(); c.N = 3; return c; }(),
                  [&](Call& k) { k.fin.phi = k.add(DType::fp32, {16, 24}); },
-                 "phi: expected [F,K] with K=N*D=24 and F one of 2N+N*N=15, 2N+N!=12, 2N=6 (two-entry alpha), "
+                 "phi: expected [F,K] with K=N*D=24 and F one of 2N+N*N=15, 2N+N!=12, 2N=6 (two-entry alpha), N=3 (the head), "
                  "got [16,24]"),
       shape_rule("alpha_2_entries_with_residual_rows", F, base, [](Call& k) { k.fin.alpha = reshaped(k.fin.alpha, {2}); },
                  "alpha: expected [3] (phi has F=2N+R rows, R=16), got [2]"),
@@ -121,7 +123,7 @@ std::vector<Rule> forward_rules() {
       layout_rule("h_in_odd_address", F, base, [](Call& k) { k.fout.h_in = moved_by_bytes(k.fout.h_in, 1); },
                   "h_in: data pointer is not aligned to its element size (2 bytes)"),
       // ---- h_post, h_res
-      dtype_rule("h_post_bf16", F, base, [](Call& k) { k.fout.h_post = retyped(k.fout.h_post, DType::bf16); },
+      dtype_rule("h_post_bf16", F, base, [](Call& k) { k.fout.h_post = retyped(*k.fout.h_post, DType::bf16); },
                  "h_post: expected dtype fp32, got bf16"),
       shape_rule("h_post_N_plus_1", F, base, [&](Call& k) { k.fout.h_post = k.add(DType::fp32, {2, 3, 5}); },
                  "h_post: expected [B,S,N]=[2,3,4], got [2,3,5]"),
@@ -134,6 +136,12 @@ std::vector<Rule> forward_rules() {
                  "h_res: expected [B,S,R]=[2,3,24], got [2,3,4,4]"),
       dtype_rule("h_res_fp16", F, base, [](Call& k) { k.fout.h_res = retyped(*k.fout.h_res, DType::fp16); },
                  "h_res: expected dtype fp32, got fp16"),
+      null_rule("h_post_missing", F, base, [](Call& k) { k.fout.h_post.reset(); },
+                "h_post: required (alpha has 2 or 3 entries), got none"),
+      shape_rule("alpha_3_entries_for_head_phi", F, head, [&](Call& k) { k.fin.alpha = k.add(DType::fp32, {3}); },
+                 "alpha: expected [1] (phi has F=N rows: the head, the pre branch only), got [3]"),
+      shape_rule("alpha_1_entry_for_square_phi", F, base, [&](Call& k) { k.fin.alpha = k.add(DType::fp32, {1}); },
+                 "alpha: expected [3] (phi has F=2N+R rows, R=16), got [1]"),
       null_rule("h_res_missing_with_3_entry_alpha", F, base, [](Call& k) { k.fout.h_res.reset(); },
                 "h_res: required (alpha has 3 entries), got none"),
       // ---- caches: all three or none
@@ -179,7 +187,7 @@ std::vector<Rule> forward_rules() {
                     k.fout.h_res = Call::sub(pool, 20, {2, 3, 4, 4});
                   },
                   "h_res: output memory overlaps input bias"),
-      layout_rule("h_post_zero_stride", F, base, [](Call& k) { k.fout.h_post = restrided(k.fout.h_post, {12, 4, 0}); },
+      layout_rule("h_post_zero_stride", F, base, [](Call& k) { k.fout.h_post = restrided(*k.fout.h_post, {12, 4, 0}); },
                   "h_post: output strides [12,4,0] make elements of shape [2,3,4] overlap"),
       layout_rule("h_mix_rows_overlap", F, base, [](Call& k) { k.fout.h_mix = restrided(*k.fout.h_mix, {24, 24, 1}); },
                   "h_mix: output strides [24,24,1] make elements of shape [2,3,24] overlap"),

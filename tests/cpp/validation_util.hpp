@@ -114,18 +114,20 @@ inline int Call::run_c(Op op) const {
   const mhc_options opt = to_c(o.options);
   if (op == Op::forward) {
     const mhc_tensor x = to_c(fin.x), phi = to_c(fin.phi), alpha = to_c(fin.alpha), bias = to_c(fin.bias);
-    const mhc_tensor h_in = to_c(fout.h_in), h_post = to_c(fout.h_post);
-    const OptionalC gamma(fin.gamma), h_res(fout.h_res), inv_rms(fout.inv_rms), h_mix(fout.h_mix), h_pre(fout.h_pre);
-    return mhc_pre_forward(&x, &phi, &alpha, &bias, gamma.ptr, &h_in, &h_post, h_res.ptr, inv_rms.ptr,
+    const mhc_tensor h_in = to_c(fout.h_in);
+    const OptionalC gamma(fin.gamma), h_post(fout.h_post), h_res(fout.h_res), inv_rms(fout.inv_rms),
+        h_mix(fout.h_mix), h_pre(fout.h_pre);
+    return mhc_pre_forward(&x, &phi, &alpha, &bias, gamma.ptr, &h_in, h_post.ptr, h_res.ptr, inv_rms.ptr,
                            h_mix.ptr, h_pre.ptr, &opt);
   }
   const mhc_tensor x = to_c(bin.x), phi = to_c(bin.phi), alpha = to_c(bin.alpha), ghi = to_c(bin.grad_h_in),
-                   ghp = to_c(bin.grad_h_post), inv_rms = to_c(bin.inv_rms), h_mix = to_c(bin.h_mix),
-                   h_pre = to_c(bin.h_pre), h_post = to_c(bin.h_post), gx = to_c(bout.grad_x),
-                   gphi = to_c(bout.grad_phi), galpha = to_c(bout.grad_alpha), gbias = to_c(bout.grad_bias);
-  const OptionalC ghr(bin.grad_h_res), gamma(bin.gamma), gxp(bin.grad_x_post), ggamma(bout.grad_gamma);
-  return mhc_pre_backward(&x, &phi, &alpha, &ghi, &ghp, ghr.ptr, &inv_rms, &h_mix, &h_pre, &h_post, gamma.ptr,
-                          gxp.ptr, &gx, &gphi, &galpha, &gbias, ggamma.ptr, &opt);
+                   inv_rms = to_c(bin.inv_rms), h_mix = to_c(bin.h_mix), h_pre = to_c(bin.h_pre),
+                   gx = to_c(bout.grad_x), gphi = to_c(bout.grad_phi), galpha = to_c(bout.grad_alpha),
+                   gbias = to_c(bout.grad_bias);
+  const OptionalC ghp(bin.grad_h_post), ghr(bin.grad_h_res), h_post(bin.h_post), gamma(bin.gamma),
+      gxp(bin.grad_x_post), ggamma(bout.grad_gamma);
+  return mhc_pre_backward(&x, &phi, &alpha, &ghi, ghp.ptr, ghr.ptr, &inv_rms, &h_mix, &h_pre, h_post.ptr,
+                          gamma.ptr, gxp.ptr, &gx, &gphi, &galpha, &gbias, ggamma.ptr, &opt);
 }
 
 // One row of the table.

@@ -58,7 +58,7 @@ void fail(const std::string& what) {
 }
 
 int64_t Problem::R() const {
-  if (form == FForm::two_entry) return 0;
+  if (form == FForm::two_entry || form == FForm::head) return 0;
   if (form == FForm::square) return N * N;
   int64_t f = 1;
   for (int64_t i = 2; i <= N; ++i) f *= i;
@@ -95,7 +95,7 @@ struct SlotSpec {
   Inner inner;
   bool x_dtype;    // x's dtype, else fp32
   bool output;
-  enum Presence { required, gamma, caches, residual, grad_x_post } presence;
+  enum Presence { required, gamma, caches, residual, post, grad_x_post } presence;
 };
 
 const std::vector<SlotSpec>& forward_slots() {
@@ -106,7 +106,7 @@ const std::vector<SlotSpec>& forward_slots() {
       {"bias", "bias", false, Inner::F, false, false, SlotSpec::required},
       {"gamma", "gamma", false, Inner::NDplain, false, false, SlotSpec::gamma},
       {"h_in", "hIn", true, Inner::D, true, true, SlotSpec::required},
-      {"h_post", "hPost", true, Inner::N, false, true, SlotSpec::required},
+      {"h_post", "hPost", true, Inner::N, false, true, SlotSpec::post},
       {"h_res", "hRes", true, Inner::residual, false, true, SlotSpec::residual},
       {"inv_rms", "invRms", true, Inner::none, false, true, SlotSpec::caches},
       {"h_mix", "hMix", true, Inner::F, false, true, SlotSpec::caches},
@@ -121,12 +121,12 @@ const std::vector<SlotSpec>& backward_slots() {
       {"phi", "phi", false, Inner::FK, false, false, SlotSpec::required},
       {"alpha", "alpha", false, Inner::A, false, false, SlotSpec::required},
       {"grad_h_in", "gradHIn", true, Inner::D, true, false, SlotSpec::required},
-      {"grad_h_post", "gradHPost", true, Inner::N, false, false, SlotSpec::required},
+      {"grad_h_post", "gradHPost", true, Inner::N, false, false, SlotSpec::post},
       {"grad_h_res", "gradHRes", true, Inner::residual, false, false, SlotSpec::residual},
       {"inv_rms", "invRms", true, Inner::none, false, false, SlotSpec::required},
       {"h_mix", "hMix", true, Inner::F, false, false, SlotSpec::required},
       {"h_pre", "hPre", true, Inner::N, false, false, SlotSpec::required},
-      {"h_post", "hPost", true, Inner::N, false, false, SlotSpec::required},
+      {"h_post", "hPost", true, Inner::N, false, false, SlotSpec::post},
       {"gamma", "gamma", false, Inner::NDplain, false, false, SlotSpec::gamma},
       {"grad_x_post", "gradXPost", true, Inner::ND, true, false, SlotSpec::grad_x_post},
       {"grad_x", "gradX", true, Inner::ND, true, true, SlotSpec::required},
@@ -152,7 +152,7 @@ std::vector<int64_t> nominal_shape(const SlotSpec& s, const Problem& p) {
     case Inner::ND: case Inner::NDplain: shape.push_back(N); shape.push_back(D); break;
     case Inner::F: shape.push_back(F); break;
     case Inner::FK: shape.push_back(F); shape.push_back(K); break;
-    case Inner::A: shape.push_back(p.form == FForm::two_entry ? 2 : 3); break;
+    case Inner::A: shape.push_back(p.alpha_entries()); break;
     case Inner::residual:
       if (R == N * N && !p.flat_residual) { shape.push_back(N); shape.push_back(N); }
       else shape.push_back(R);
@@ -166,7 +166,8 @@ bool nominal_presence(const SlotSpec& s, const Problem& p) {
     case SlotSpec::required: return true;
     case SlotSpec::gamma: return p.gamma;
     case SlotSpec::caches: return p.caches;
-    case SlotSpec::residual: return p.form != FForm::two_entry;
+    case SlotSpec::residual: return p.alpha_entries() == 3;
+    case SlotSpec::post: return p.form != FForm::head;
     case SlotSpec::grad_x_post: return p.grad_x_post;
   }
   return true;
@@ -342,7 +343,7 @@ Case generate(Bytes& in, Op op, bool aclnn) {
   p.S = Ss[in.pick(16)];
   p.N = Ns[in.pick(8)];
   p.D = Ds[in.pick(16)];
-  p.form = FForm(in.pick(3));
+  p.form = FForm(in.pick(4));
   if (p.form == FForm::permutation && p.N > 6) p.form = FForm::square;
   static const mhc::DType x_types[] = {mhc::DType::bf16, mhc::DType::fp16, mhc::DType::fp32};
   p.x_dtype = x_types[in.pick(aclnn ? 2 : 3)];
@@ -598,7 +599,7 @@ ForwardCall forward_call(Case& c, uint8_t* base) {
   ForwardCall call;
   call.in = {required_of(c, "x", base), required_of(c, "phi", base), required_of(c, "alpha", base),
              required_of(c, "bias", base), optional_of(c, "gamma", base)};
-  call.out = {required_of(c, "h_in", base), required_of(c, "h_post", base), optional_of(c, "h_res", base),
+  call.out = {required_of(c, "h_in", base), optional_of(c, "h_post", base), optional_of(c, "h_res", base),
               optional_of(c, "inv_rms", base), optional_of(c, "h_mix", base), optional_of(c, "h_pre", base)};
   call.options = options_of(c.problem);
   return call;
@@ -607,9 +608,9 @@ ForwardCall forward_call(Case& c, uint8_t* base) {
 BackwardCall backward_call(Case& c, uint8_t* base) {
   BackwardCall call;
   call.in = {required_of(c, "x", base), required_of(c, "phi", base), required_of(c, "alpha", base),
-             required_of(c, "grad_h_in", base), required_of(c, "grad_h_post", base),
+             required_of(c, "grad_h_in", base), optional_of(c, "grad_h_post", base),
              optional_of(c, "grad_h_res", base), required_of(c, "inv_rms", base), required_of(c, "h_mix", base),
-             required_of(c, "h_pre", base), required_of(c, "h_post", base), optional_of(c, "gamma", base),
+             required_of(c, "h_pre", base), optional_of(c, "h_post", base), optional_of(c, "gamma", base),
              optional_of(c, "grad_x_post", base)};
   call.out = {required_of(c, "grad_x", base), required_of(c, "grad_phi", base),
               required_of(c, "grad_alpha", base), required_of(c, "grad_bias", base),
@@ -736,7 +737,7 @@ void check_accepted_forward(Case& c, const Arena& arena, bool rerun, const Accep
   const int64_t T = d.T, N = d.N, D = d.D, K = d.K, F = d.F, R = d.R;
   const std::vector<double> x = gather_tokens(p.x, T, N, D);
   const std::vector<double> phi = gather_plain(p.phi, F, K);
-  const std::vector<double> alpha = gather_plain(p.alpha, 1, d.two_entry_alpha ? 2 : 3);
+  const std::vector<double> alpha = gather_plain(p.alpha, 1, d.alpha_entries());
   const std::vector<double> bias = gather_plain(p.bias, 1, F);
   const std::vector<double> gamma = p.gamma.present() ? gather_plain(p.gamma, N, D) : std::vector<double>(K, 1.0);
   p.isa = mhc::Isa::reference;  // the float64 reference writes the copy's outputs
@@ -770,7 +771,8 @@ void check_accepted_forward(Case& c, const Arena& arena, bool rerun, const Accep
       check("h_mix", p.h_mix, p.h_mix.at(t, 0, f), kRel * mag_mix[f], mhc::DType::fp32, t);
     for (int64_t n = 0; n < N; ++n) {
       if (p.h_pre.present()) check("h_pre", p.h_pre, p.h_pre.at(t, 0, n), tol_pre[n], mhc::DType::fp32, t);
-      check("h_post", p.h_post, p.h_post.at(t, 0, n), 0.5 * tol_z[N + n] + 2 * kRel, mhc::DType::fp32, t);
+      if (p.h_post.present())
+        check("h_post", p.h_post, p.h_post.at(t, 0, n), 0.5 * tol_z[N + n] + 2 * kRel, mhc::DType::fp32, t);
     }
     for (int64_t i = 0; i < R && p.h_res.present(); ++i)
       check("h_res", p.h_res, p.h_res.residual_at(t, i), tol_z[2 * N + i], mhc::DType::fp32, t);
@@ -819,18 +821,18 @@ void check_accepted_backward(Case& c, const Arena& arena, bool rerun, const Acce
   if (!s.ok()) fail("backward: validation of the same call on a copy failed: " + s.message());
   const mhc::core::Dims& d = p.dims;
   const int64_t T = d.T, N = d.N, D = d.D, K = d.K, F = d.F, R = d.R;
-  const int A = d.two_entry_alpha ? 2 : 3;
+  const int A = d.alpha_entries();
   const std::vector<double> x = gather_tokens(p.x, T, N, D);
   const std::vector<double> phi = gather_plain(p.phi, F, K);
   const std::vector<double> alpha = gather_plain(p.alpha, 1, A);
   const std::vector<double> gamma = p.gamma.present() ? gather_plain(p.gamma, N, D) : std::vector<double>(K, 1.0);
   const std::vector<double> ghin = gather_tokens(p.grad_h_in, T, 1, D);
-  const std::vector<double> ghpost = gather_tokens(p.grad_h_post, T, 1, N);
+  const std::vector<double> ghpost = p.grad_h_post.present() ? gather_tokens(p.grad_h_post, T, 1, N) : std::vector<double>();
   const std::vector<double> ghres = p.grad_h_res.present() ? gather_residual(p.grad_h_res, T, R) : std::vector<double>();
   const std::vector<double> inv_rms = gather_tokens(p.inv_rms, T, 1, 1);
   const std::vector<double> h_mix = gather_tokens(p.h_mix, T, 1, F);
   const std::vector<double> h_pre = gather_tokens(p.h_pre, T, 1, N);
-  const std::vector<double> h_post = gather_tokens(p.h_post, T, 1, N);
+  const std::vector<double> h_post = p.h_post.present() ? gather_tokens(p.h_post, T, 1, N) : std::vector<double>();
   const std::vector<double> gxp = p.grad_x_post.present() ? gather_tokens(p.grad_x_post, T, N, D) : std::vector<double>();
   p.isa = mhc::Isa::reference;  // the float64 reference writes the copy's outputs
   if (!mhc::ops::pre_backward::run_in_thread_workspace(p, 1).ok()) fail("backward: the reference failed");
@@ -857,10 +859,12 @@ void check_accepted_backward(Case& c, const Arena& arena, bool rerun, const Acce
       for (int64_t j = 0; j < D; ++j) g_pre += std::fabs(v[n * D + j] * ghin[t * D + j]);
       const double s = std::fabs(h_pre[t * N + n]) + eps;
       m_gz[n] = g_pre * s * (1 + s);
+      overflow = overflow || s * (1 + s) > kFp32Max;
+      if (d.head) continue;  // no post branch
       const double hp = std::fabs(h_post[t * N + n]);
       const double post_factor = hp * (1 + hp / 2);
       m_gz[N + n] = std::fabs(ghpost[t * N + n]) * post_factor;
-      overflow = overflow || s * (1 + s) > kFp32Max || post_factor > kFp32Max;
+      overflow = overflow || post_factor > kFp32Max;
     }
     for (int64_t i = 0; i < R; ++i) m_gz[2 * N + i] = std::fabs(ghres[t * R + i]);
     double m_gr = 0;
@@ -972,9 +976,10 @@ bool all_inside(Case& c, const Arena& arena) {
 }
 
 bool required_missing(Case& c, Op op) {
-  static const char* fwd[] = {"x", "phi", "alpha", "bias", "h_in", "h_post"};
-  static const char* bwd[] = {"x", "phi", "alpha", "grad_h_in", "grad_h_post", "inv_rms", "h_mix",
-                              "h_pre", "h_post", "grad_x", "grad_phi", "grad_alpha", "grad_bias"};
+  // (h_post and grad_h_post depend on alpha's entries: validation reports them.)
+  static const char* fwd[] = {"x", "phi", "alpha", "bias", "h_in"};
+  static const char* bwd[] = {"x", "phi", "alpha", "grad_h_in", "inv_rms", "h_mix",
+                              "h_pre", "grad_x", "grad_phi", "grad_alpha", "grad_bias"};
   if (op == Op::forward) {
     for (const char* n : fwd) if (!c.find(n)->present) return true;
   } else {

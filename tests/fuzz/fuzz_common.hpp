@@ -64,7 +64,7 @@ enum class Op { forward, backward };
 enum class Face { cpp, c, aclnn };
 
 // Which F: N*N residual logits, N! of them, or none (two-entry alpha).
-enum class FForm { square, permutation, two_entry };
+enum class FForm { square, permutation, two_entry, head };  // head: one-entry alpha, F = N
 
 struct Problem {
   Op op = Op::forward;
@@ -78,7 +78,8 @@ struct Problem {
   int64_t T() const { return B * S; }
   int64_t K() const { return N * D; }
   int64_t R() const;
-  int64_t F() const { return 2 * N + R(); }
+  int64_t F() const { return form == FForm::head ? N : 2 * N + R(); }
+  int64_t alpha_entries() const { return form == FForm::head ? 1 : form == FForm::two_entry ? 2 : 3; }
 };
 
 inline constexpr int kSlots = 20;

@@ -115,7 +115,7 @@ aclnnStatus forward_workspace(const char* op, const char* run_op, const ForwardA
   ACLNN_RETURN_IF_ERROR(to_view(op, a.bias, &in.bias));
   ACLNN_RETURN_IF_ERROR(to_optional_view(op, a.gamma, &in.gamma));
   ACLNN_RETURN_IF_ERROR(to_view(op, a.h_in, &out.h_in));
-  ACLNN_RETURN_IF_ERROR(to_view(op, a.h_post, &out.h_post));
+  ACLNN_RETURN_IF_ERROR(to_optional_view(op, a.h_post, &out.h_post));
   // With a two-entry alpha an hRes given is not looked at: left untouched (SPEC §6).
   if (with_residual) ACLNN_RETURN_IF_ERROR(to_optional_view(op, a.h_res, &out.h_res));
   if (caches) {

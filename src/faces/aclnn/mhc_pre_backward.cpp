@@ -123,13 +123,13 @@ aclnnStatus backward_workspace(const char* op, const char* run_op, const Backwar
   ACLNN_RETURN_IF_ERROR(to_view(op, a.phi, &in.phi));
   ACLNN_RETURN_IF_ERROR(to_view(op, a.alpha, &in.alpha));
   ACLNN_RETURN_IF_ERROR(to_view(op, a.grad_h_in, &in.grad_h_in));
-  ACLNN_RETURN_IF_ERROR(to_view(op, a.grad_h_post, &in.grad_h_post));
+  ACLNN_RETURN_IF_ERROR(to_optional_view(op, a.grad_h_post, &in.grad_h_post));
   // With a two-entry alpha a gradHRes given is not looked at, so never read (SPEC §6).
   if (with_residual) ACLNN_RETURN_IF_ERROR(to_optional_view(op, a.grad_h_res, &in.grad_h_res));
   ACLNN_RETURN_IF_ERROR(to_view(op, a.inv_rms, &in.inv_rms));
   ACLNN_RETURN_IF_ERROR(to_view(op, a.h_mix, &in.h_mix));
   ACLNN_RETURN_IF_ERROR(to_view(op, a.h_pre, &in.h_pre));
-  ACLNN_RETURN_IF_ERROR(to_view(op, a.h_post, &in.h_post));
+  ACLNN_RETURN_IF_ERROR(to_optional_view(op, a.h_post, &in.h_post));
   ACLNN_RETURN_IF_ERROR(to_optional_view(op, a.gamma, &in.gamma));
   ACLNN_RETURN_IF_ERROR(to_optional_view(op, a.grad_x_post, &in.grad_x_post));
   ACLNN_RETURN_IF_ERROR(to_view(op, a.grad_x, &out.grad_x));

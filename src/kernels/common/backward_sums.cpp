@@ -45,7 +45,7 @@ void finish_sums_scalar(const BackwardStep& step) {
     return total;
   };
   for (int64_t f = 0; f < d.F; ++f) o.grad_bias[f] = token_sum(gz_all + f, d.F);
-  const int entries = d.two_entry_alpha ? 2 : 3;
+  const int entries = d.alpha_entries();
   for (int a = 0; a < entries; ++a) o.grad_alpha[a] = token_sum(alpha_all + a, 3);
 }
 

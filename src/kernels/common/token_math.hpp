@@ -27,15 +27,18 @@ inline float fold16(float (&acc)[16]) {
 inline float forward_token_finish(const ForwardOperands& o, int64_t t, float sum_sq, const float* m,
                                   float* h_pre) {
   const PreShape& d = o.shape;
-  const float alpha_pre = o.alpha[0], alpha_post = o.alpha[1];
-  const float alpha_res = d.two_entry_alpha ? 0.0f : o.alpha[2];
+  const float alpha_pre = o.alpha[0];
+  const float alpha_res = d.alpha_entries() == 3 ? o.alpha[2] : 0.0f;
   const float hc_eps = float(o.hc_eps);
   const float r = 1.0f / std::sqrt(sum_sq / float(d.K) + float(o.norm_eps));
-  float* h_post = o.h_post.at(t);
-  for (int64_t n = 0; n < d.N; ++n) {
-    h_pre[n] = sigmoid(alpha_pre * (r * m[n]) + o.bias[n]) + hc_eps;
-    const float z_post = alpha_post * (r * m[d.N + n]) + o.bias[d.N + n];
-    h_post[n] = 2.0f * sigmoid(z_post);  // with either alpha (SPEC §6)
+  for (int64_t n = 0; n < d.N; ++n) h_pre[n] = sigmoid(alpha_pre * (r * m[n]) + o.bias[n]) + hc_eps;
+  if (!d.head) {  // the head has no post branch
+    const float alpha_post = o.alpha[1];
+    float* h_post = o.h_post.at(t);
+    for (int64_t n = 0; n < d.N; ++n) {
+      const float z_post = alpha_post * (r * m[d.N + n]) + o.bias[d.N + n];
+      h_post[n] = 2.0f * sigmoid(z_post);  // with either alpha (SPEC §6)
+    }
   }
   if (d.R > 0) {
     float* h_res = o.h_res.at(t);
@@ -55,16 +58,20 @@ inline float forward_token_finish(const ForwardOperands& o, int64_t t, float sum
 inline void backward_token_finish(const BackwardOperands& o, int64_t t, const float* g_pre, float* G, float* gz,
                                   float* c, float* alpha_terms_out) {
   const PreShape& d = o.shape;
-  const float alpha[3] = {o.alpha[0], o.alpha[1], d.two_entry_alpha ? 0.0f : o.alpha[2]};
+  const int entries = d.alpha_entries();
+  const float alpha[3] = {o.alpha[0], entries > 1 ? o.alpha[1] : 0.0f, entries > 2 ? o.alpha[2] : 0.0f};
   const float hc_eps = float(o.hc_eps);
   const float r = *o.inv_rms.at(t);
-  const float *h_pre = o.h_pre.at(t), *h_post = o.h_post.at(t), *grad_h_post = o.grad_h_post.at(t);
+  const float* h_pre = o.h_pre.at(t);
   const float* h_mix = o.h_mix.at(t);
 
   for (int64_t n = 0; n < d.N; ++n) {
     const float s = h_pre[n] - hc_eps;  // sigma(z_pre)
     gz[n] = g_pre[n] * s * (1.0f - s);
-    gz[d.N + n] = grad_h_post[n] * h_post[n] * (1.0f - h_post[n] * 0.5f);  // h_post = 2 sigma
+  }
+  if (!d.head) {  // h_post = 2 sigma(z_post)
+    const float *h_post = o.h_post.at(t), *grad_h_post = o.grad_h_post.at(t);
+    for (int64_t n = 0; n < d.N; ++n) gz[d.N + n] = grad_h_post[n] * h_post[n] * (1.0f - h_post[n] * 0.5f);
   }
   if (d.R > 0) std::memcpy(gz + 2 * d.N, o.grad_h_res.at(t), size_t(d.R) * sizeof(float));
 

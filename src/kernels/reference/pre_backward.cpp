@@ -12,7 +12,8 @@ namespace mhc::kernels::reference {
 BackwardOutputs64 backward(const BackwardInputs64& in) {
   const PreShape& d = in.dims;
   const int64_t T = d.T, N = d.N, D = d.D, K = d.K, F = d.F, R = d.R;
-  const double alpha[3] = {in.alpha[0], in.alpha[1], d.two_entry_alpha ? 0.0 : in.alpha[2]};
+  const int entries = d.alpha_entries();
+  const double alpha[3] = {in.alpha[0], entries > 1 ? in.alpha[1] : 0.0, entries > 2 ? in.alpha[2] : 0.0};
   auto gamma = [&](int64_t k) { return in.gamma.empty() ? 1.0 : in.gamma[k]; };
   auto branch_of = [&](int64_t f) { return f < N ? 0 : f < 2 * N ? 1 : 2; };
 
@@ -20,7 +21,7 @@ BackwardOutputs64 backward(const BackwardInputs64& in) {
   out.grad_x.assign(T * K, 0.0);
   out.grad_x_magnitude.assign(T * K, 0.0);
   out.grad_phi.assign(F * K, 0.0);  // sum_t G_t v_t^T, times gamma at the end (HF32: of the rounded operands)
-  out.grad_alpha.assign(d.two_entry_alpha ? 2 : 3, 0.0);
+  out.grad_alpha.assign(size_t(entries), 0.0);
   out.grad_bias.assign(F, 0.0);
   out.grad_gamma.assign(K, 0.0);
   std::vector<double> gz(F), G(F), gu(K);
@@ -40,6 +41,7 @@ BackwardOutputs64 backward(const BackwardInputs64& in) {
       for (int64_t j = 0; j < D; ++j) g_pre += v[n * D + j] * grad_h_in[j];
       const double s = in.h_pre[t * N + n] - in.hc_eps;  // sigma(z_pre)
       gz[n] = g_pre * s * (1.0 - s);
+      if (d.head) continue;  // no post branch
       const double h_post = in.h_post[t * N + n], grad_post = in.grad_h_post[t * N + n];
       gz[N + n] = grad_post * h_post * (1.0 - h_post / 2.0);  // h_post = 2 sigma, with either alpha
     }
@@ -87,15 +89,15 @@ void pre_backward(const BackwardOperands& o) {
   in.hf32 = d.hf32;
   in.x = gather(o.x, d.x_dtype, 0, d.T, d.N, d.D);
   in.phi = gather(o.phi, d.F, d.K);
-  in.alpha = gather(o.alpha, d.two_entry_alpha ? 2 : 3);
+  in.alpha = gather(o.alpha, d.alpha_entries());
   if (o.gamma.present()) in.gamma = gather(o.gamma, d.N, d.D);
   in.grad_h_in = gather(o.grad_h_in, d.x_dtype, 0, d.T, 1, d.D);
-  in.grad_h_post = gather(o.grad_h_post, 0, d.T, d.N);
+  if (!d.head) in.grad_h_post = gather(o.grad_h_post, 0, d.T, d.N);
   if (o.grad_h_res.present()) in.grad_h_res = gather(o.grad_h_res, 0, d.T, d.R);
   in.inv_rms = gather(o.inv_rms, 0, d.T, 1);
   in.h_mix = gather(o.h_mix, 0, d.T, d.F);
   in.h_pre = gather(o.h_pre, 0, d.T, d.N);
-  in.h_post = gather(o.h_post, 0, d.T, d.N);
+  if (!d.head) in.h_post = gather(o.h_post, 0, d.T, d.N);
   if (o.grad_x_post.present()) in.grad_x_post = gather(o.grad_x_post, d.x_dtype, 0, d.T, d.N, d.D);
   const BackwardOutputs64 out = backward(in);
   scatter(o.grad_x, d.x_dtype, out.grad_x, 0, d.T, d.N, d.D);

@@ -15,14 +15,14 @@ ForwardOutputs64 forward(const ForwardInputs64& in) {
   const int64_t T = d.T, N = d.N, D = d.D, K = d.K, F = d.F, R = d.R;
   ForwardOutputs64 out;
   out.h_in.resize(T * D);
-  out.h_post.resize(T * N);
+  out.h_post.resize(d.head ? 0 : T * N);  // the head has no post branch
   out.h_res.resize(T * R);
   out.inv_rms.resize(T);
   out.h_mix.resize(T * F);
   out.h_pre.resize(T * N);
   out.h_in_magnitude.resize(T * D);
-  const double alpha_pre = in.alpha[0], alpha_post = in.alpha[1];
-  const double alpha_res = d.two_entry_alpha ? 0.0 : in.alpha[2];
+  const double alpha_pre = in.alpha[0], alpha_post = d.head ? 0.0 : in.alpha[1];
+  const double alpha_res = d.alpha_entries() == 3 ? in.alpha[2] : 0.0;
 
   for (int64_t t = 0; t < T; ++t) {
     const double* v = &in.x[t * K];
@@ -44,7 +44,7 @@ ForwardOutputs64 forward(const ForwardInputs64& in) {
     }
     for (int64_t n = 0; n < N; ++n) {
       out.h_pre[t * N + n] = sigmoid(alpha_pre * r * m[n] + in.bias[n]) + in.hc_eps;
-      out.h_post[t * N + n] = 2.0 * sigmoid(alpha_post * r * m[N + n] + in.bias[N + n]);
+      if (!d.head) out.h_post[t * N + n] = 2.0 * sigmoid(alpha_post * r * m[N + n] + in.bias[N + n]);
     }
     for (int64_t i = 0; i < R; ++i)
       out.h_res[t * R + i] = alpha_res * r * m[2 * N + i] + in.bias[2 * N + i];
@@ -73,12 +73,12 @@ void pre_forward_tokens(const ForwardOperands& o, int64_t t0, int64_t t1) {
   in.hf32 = d.hf32;
   in.x = gather(o.x, d.x_dtype, t0, d.T, d.N, d.D);
   in.phi = gather(o.phi, d.F, d.K);
-  in.alpha = gather(o.alpha, d.two_entry_alpha ? 2 : 3);
+  in.alpha = gather(o.alpha, d.alpha_entries());
   in.bias = gather(o.bias, d.F);
   if (o.gamma.present()) in.gamma = gather(o.gamma, d.N, d.D);
   const ForwardOutputs64 out = forward(in);
   scatter(o.h_in, d.x_dtype, out.h_in, t0, d.T, 1, d.D);
-  scatter(o.h_post, out.h_post, t0, d.T, d.N);
+  if (!d.head) scatter(o.h_post, out.h_post, t0, d.T, d.N);
   if (o.h_res.present()) scatter(o.h_res, out.h_res, t0, d.T, d.R);
   if (o.h_mix.present()) {
     scatter(o.inv_rms, out.inv_rms, t0, d.T, 1);

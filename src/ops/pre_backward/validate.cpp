@@ -15,16 +15,22 @@ Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out, cons
   core::Dims& d = s.dims;
   MHC_RETURN_IF_ERROR(check_phi_alpha("phi", in.phi, "alpha", in.alpha, &d));
   MHC_RETURN_IF_ERROR(check_like_x("grad_h_in", in.grad_h_in, s, s.shape({"D"}, {d.D})));
-  MHC_RETURN_IF_ERROR(check_fp32("grad_h_post", in.grad_h_post, {s.shape({"N"}, {d.N})}));
-  // With a two-entry alpha there is no residual branch: a grad_h_res given is
-  // not read and not checked (SPEC §6).
-  const std::optional<TensorView> grad_h_res = d.two_entry_alpha ? std::nullopt : in.grad_h_res;
-  if (!d.two_entry_alpha && !grad_h_res) return null_error("grad_h_res", "required (alpha has 3 entries), got none");
+  // The head has no post branch, a two-entry alpha no residual one: the tensors
+  // of a missing branch given are not read and not checked (SPEC §6).
+  const std::optional<TensorView> grad_h_post = d.head ? std::nullopt : in.grad_h_post;
+  const std::optional<TensorView> h_post = d.head ? std::nullopt : in.h_post;
+  if (!d.head && !grad_h_post)
+    return null_error("grad_h_post", "required (alpha has 2 or 3 entries), got none");
+  if (grad_h_post) MHC_RETURN_IF_ERROR(check_fp32("grad_h_post", *grad_h_post, {s.shape({"N"}, {d.N})}));
+  const std::optional<TensorView> grad_h_res = d.alpha_entries() == 3 ? in.grad_h_res : std::nullopt;
+  if (d.alpha_entries() == 3 && !grad_h_res)
+    return null_error("grad_h_res", "required (alpha has 3 entries), got none");
   if (grad_h_res) MHC_RETURN_IF_ERROR(check_fp32("grad_h_res", *grad_h_res, residual_shapes(s)));
   MHC_RETURN_IF_ERROR(check_fp32("inv_rms", in.inv_rms, {s.shape({}, {})}));
   MHC_RETURN_IF_ERROR(check_fp32("h_mix", in.h_mix, {s.shape({"F"}, {d.F})}));
   MHC_RETURN_IF_ERROR(check_fp32("h_pre", in.h_pre, {s.shape({"N"}, {d.N})}));
-  MHC_RETURN_IF_ERROR(check_fp32("h_post", in.h_post, {s.shape({"N"}, {d.N})}));
+  if (!d.head && !h_post) return null_error("h_post", "required (alpha has 2 or 3 entries), got none");
+  if (h_post) MHC_RETURN_IF_ERROR(check_fp32("h_post", *h_post, {s.shape({"N"}, {d.N})}));
   if (in.gamma) MHC_RETURN_IF_ERROR(check_gamma("gamma", *in.gamma, d));
   const ShapeOption x_shape = s.shape({"N", "D"}, {d.N, d.D});
   if (in.grad_x_post) MHC_RETURN_IF_ERROR(check_like_x("grad_x_post", *in.grad_x_post, s, x_shape));
@@ -35,7 +41,7 @@ Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out, cons
 
   MHC_RETURN_IF_ERROR(check_like_x("grad_x", out.grad_x, s, x_shape));
   MHC_RETURN_IF_ERROR(check_fp32("grad_phi", out.grad_phi, {{{d.F, d.K}, label({"F", "K"}, {d.F, d.K})}}));
-  const int64_t entries = d.two_entry_alpha ? 2 : 3;
+  const int64_t entries = d.alpha_entries();
   MHC_RETURN_IF_ERROR(check_fp32("grad_alpha", out.grad_alpha, {{{entries}, "[" + std::to_string(entries) + "] (alpha's shape)"}}));
   MHC_RETURN_IF_ERROR(check_fp32("grad_bias", out.grad_bias, {{{d.F}, label({"F"}, {d.F})}}));
   if (in.gamma && !out.grad_gamma)
@@ -45,9 +51,10 @@ Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out, cons
   if (out.grad_gamma) MHC_RETURN_IF_ERROR(check_gamma("grad_gamma", *out.grad_gamma, d));
 
   std::vector<Named> inputs = {{"x", &in.x}, {"phi", &in.phi}, {"alpha", &in.alpha},
-                               {"grad_h_in", &in.grad_h_in}, {"grad_h_post", &in.grad_h_post},
-                               {"inv_rms", &in.inv_rms}, {"h_mix", &in.h_mix},
-                               {"h_pre", &in.h_pre}, {"h_post", &in.h_post}};
+                               {"grad_h_in", &in.grad_h_in}, {"inv_rms", &in.inv_rms},
+                               {"h_mix", &in.h_mix}, {"h_pre", &in.h_pre}};
+  if (grad_h_post) inputs.push_back({"grad_h_post", &*grad_h_post});
+  if (h_post) inputs.push_back({"h_post", &*h_post});
   if (grad_h_res) inputs.push_back({"grad_h_res", &*grad_h_res});
   if (in.gamma) inputs.push_back({"gamma", &*in.gamma});
   if (in.grad_x_post) inputs.push_back({"grad_x_post", &*in.grad_x_post});
@@ -69,12 +76,12 @@ Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out, cons
   problem.phi = resolve_plain_tensor(in.phi);
   problem.alpha = resolve_plain_tensor(in.alpha);
   problem.grad_h_in = s.resolve(in.grad_h_in);
-  problem.grad_h_post = s.resolve(in.grad_h_post);
+  if (grad_h_post) problem.grad_h_post = s.resolve(*grad_h_post);
   if (grad_h_res) problem.grad_h_res = s.resolve(*grad_h_res);
   problem.inv_rms = s.resolve(in.inv_rms);
   problem.h_mix = s.resolve(in.h_mix);
   problem.h_pre = s.resolve(in.h_pre);
-  problem.h_post = s.resolve(in.h_post);
+  if (h_post) problem.h_post = s.resolve(*h_post);
   if (in.gamma) problem.gamma = resolve_plain_tensor(*in.gamma);
   if (in.grad_x_post) problem.grad_x_post = s.resolve(*in.grad_x_post);
   problem.grad_x = s.resolve(out.grad_x);

@@ -25,11 +25,13 @@ Status validate(const PreForwardInputs& in, const PreForwardOutputs& out, const 
   MHC_RETURN_IF_ERROR(check_matmul_precision(options.matmul_precision, &hf32));
 
   MHC_RETURN_IF_ERROR(check_like_x("h_in", out.h_in, s, s.shape({"D"}, {d.D})));
-  MHC_RETURN_IF_ERROR(check_fp32("h_post", out.h_post, {s.shape({"N"}, {d.N})}));
-  // With a two-entry alpha there is no residual branch: an h_res given is left
-  // untouched and not checked (SPEC §6, as CANN's forward).
-  const std::optional<TensorView> h_res = d.two_entry_alpha ? std::nullopt : out.h_res;
-  if (!d.two_entry_alpha && !h_res) return null_error("h_res", "required (alpha has 3 entries), got none");
+  // The head has no post branch, a two-entry alpha no residual one: an h_post or
+  // h_res given there is left untouched and not checked (SPEC §6, as CANN's forward).
+  const std::optional<TensorView> h_post = d.head ? std::nullopt : out.h_post;
+  if (!d.head && !h_post) return null_error("h_post", "required (alpha has 2 or 3 entries), got none");
+  if (h_post) MHC_RETURN_IF_ERROR(check_fp32("h_post", *h_post, {s.shape({"N"}, {d.N})}));
+  const std::optional<TensorView> h_res = d.alpha_entries() == 3 ? out.h_res : std::nullopt;
+  if (d.alpha_entries() == 3 && !h_res) return null_error("h_res", "required (alpha has 3 entries), got none");
   if (h_res) MHC_RETURN_IF_ERROR(check_fp32("h_res", *h_res, residual_shapes(s)));
   const int caches = int(bool(out.inv_rms)) + int(bool(out.h_mix)) + int(bool(out.h_pre));
   if (caches != 0 && caches != 3) {
@@ -44,7 +46,8 @@ Status validate(const PreForwardInputs& in, const PreForwardOutputs& out, const 
 
   std::vector<Named> inputs = {{"x", &in.x}, {"phi", &in.phi}, {"alpha", &in.alpha}, {"bias", &in.bias}};
   if (in.gamma) inputs.push_back({"gamma", &*in.gamma});
-  std::vector<Named> outputs = {{"h_in", &out.h_in}, {"h_post", &out.h_post}};
+  std::vector<Named> outputs = {{"h_in", &out.h_in}};
+  if (h_post) outputs.push_back({"h_post", &*h_post});
   if (h_res) outputs.push_back({"h_res", &*h_res});
   if (caches == 3) {
     outputs.push_back({"inv_rms", &*out.inv_rms});
@@ -68,7 +71,7 @@ Status validate(const PreForwardInputs& in, const PreForwardOutputs& out, const 
   problem.bias = resolve_plain_tensor(in.bias);
   if (in.gamma) problem.gamma = resolve_plain_tensor(*in.gamma);
   problem.h_in = s.resolve(out.h_in);
-  problem.h_post = s.resolve(out.h_post);
+  if (h_post) problem.h_post = s.resolve(*h_post);
   if (h_res) problem.h_res = s.resolve(*h_res);
   if (caches == 3) {
     problem.inv_rms = s.resolve(*out.inv_rms);
