@@ -179,11 +179,13 @@ struct Operands {
   }
 };
 
-void pre_forward(benchmark::State& state, mhc::Isa isa, int64_t T) {
+void pre_forward(benchmark::State& state, mhc::Isa isa, int64_t T,
+                 mhc::MatmulPrecision precision = mhc::MatmulPrecision::fp32) {
   Operands o(T);
   mhc::Options options;
   options.isa = isa;
   options.num_threads = 2;
+  options.matmul_precision = precision;
   for (auto _ : state)
     if (!mhc::pre_forward(o.forward_in(), o.forward_out(), options).ok()) {
       state.SkipWithError("pre_forward failed");
@@ -191,11 +193,13 @@ void pre_forward(benchmark::State& state, mhc::Isa isa, int64_t T) {
     }
 }
 
-void pre_backward(benchmark::State& state, mhc::Isa isa, int64_t T) {
+void pre_backward(benchmark::State& state, mhc::Isa isa, int64_t T,
+                  mhc::MatmulPrecision precision = mhc::MatmulPrecision::fp32) {
   Operands o(T);
   mhc::Options options;
   options.isa = isa;
   options.num_threads = 2;
+  options.matmul_precision = precision;
   if (!mhc::pre_forward(o.forward_in(), o.forward_out(), options).ok()) {
     state.SkipWithError("pre_forward failed");
     return;
@@ -233,9 +237,21 @@ int main(int argc, char** argv) {
     if (!mhc::isa_available(isa)) continue;
     for (int64_t T : {1, 16, 64, 256}) {
       const std::string suffix = std::string(mhc::isa_name(isa)) + "/T:" + std::to_string(T);
-      benchmark::RegisterBenchmark(("PreForward/" + suffix).c_str(), pre_forward, isa, T)->UseRealTime();
-      benchmark::RegisterBenchmark(("PreBackward/" + suffix).c_str(), pre_backward, isa, T)->UseRealTime();
+      benchmark::RegisterBenchmark(("PreForward/" + suffix).c_str(), [isa, T](benchmark::State& state) {
+        pre_forward(state, isa, T);
+      })->UseRealTime();
+      benchmark::RegisterBenchmark(("PreBackward/" + suffix).c_str(), [isa, T](benchmark::State& state) {
+        pre_backward(state, isa, T);
+      })->UseRealTime();
     }
+    // HF32 products (matmul_precision hf32): the rounding's cost against the cases above.
+    const std::string hf32 = std::string(mhc::isa_name(isa)) + "/T:256/hf32";
+    benchmark::RegisterBenchmark(("PreForward/" + hf32).c_str(), [isa](benchmark::State& state) {
+      pre_forward(state, isa, 256, mhc::MatmulPrecision::hf32);
+    })->UseRealTime();
+    benchmark::RegisterBenchmark(("PreBackward/" + hf32).c_str(), [isa](benchmark::State& state) {
+      pre_backward(state, isa, 256, mhc::MatmulPrecision::hf32);
+    })->UseRealTime();
   }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

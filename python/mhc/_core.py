@@ -142,8 +142,12 @@ def _token_dims(x):
     return tuple(x.shape[:-2]), x.shape[-2], x.shape[-1]
 
 
-def _two_entry(alpha):
-    return alpha.numel() == 2
+def _branches(alpha):
+    """The branches alpha's entries scale (SPEC §6): 1 the head (pre only), 2 pre and
+    post, 3 pre, post and res; an impossible count (the library rejects alpha) counts
+    as 3, so every output is sized as for the standard form."""
+    entries = alpha.numel()
+    return entries if entries in (1, 2) else 3
 
 
 def _dims(shape):
@@ -194,10 +198,12 @@ def run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, matmul_precisi
     lead, n, d, f = _output_dims(x, phi)
     r = max(f - 2 * n, 0)
     f32 = torch.float32
+    branches = _branches(alpha)
     h_in = _outputs.empty(lead + (d,), x.dtype)
-    h_post = _outputs.empty(lead + (n,), f32)
-    h_res = None
-    if not _two_entry(alpha):
+    h_post = h_res = None  # the head has neither, a two-entry alpha no h_res (SPEC §6)
+    if branches >= 2:
+        h_post = _outputs.empty(lead + (n,), f32)
+    if branches == 3:
         h_res = _outputs.empty(lead + ((n, n) if r == n * n else (r,)), f32)
     inv_rms = h_mix = h_pre = None
     if with_caches:
@@ -219,20 +225,24 @@ def npu_mhc_pre_backward(x, phi, alpha, grad_h_in, grad_h_post, grad_h_res, inv_
 
     Returns (grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma); without gamma,
     grad_gamma is a zero-filled [N, D] fp32 tensor, as torch_npu's. With a two-entry
-    alpha, grad_h_res is not read (it may be anything, None included).
+    alpha, grad_h_res is not read (it may be anything, None included); with a one-entry
+    alpha (the head, SPEC §6) neither are grad_h_post and h_post, and grad_alpha is [1].
     """
     x = _check("x", x)
     phi = _check("phi", phi, "fp32")
     alpha = _check("alpha", alpha, "fp32")
-    grad_h_in = _check("grad_h_in", grad_h_in)
-    grad_h_post = _check("grad_h_post", grad_h_post, "fp32")
-    if _two_entry(alpha):
+    branches = _branches(alpha)
+    if branches < 3:
         grad_h_res = None  # no residual branch (SPEC §6)
+    if branches < 2:
+        grad_h_post = h_post = None  # the head: no post branch either
+    grad_h_in = _check("grad_h_in", grad_h_in)
+    grad_h_post = _check("grad_h_post", grad_h_post, "fp32", optional=branches < 2)
     grad_h_res = _check("grad_h_res", grad_h_res, "fp32", optional=True)
     inv_rms = _check("inv_rms", inv_rms, "fp32")
     h_mix = _check("h_mix", h_mix, "fp32")
     h_pre = _check("h_pre", h_pre, "fp32")
-    h_post = _check("h_post", h_post, "fp32")
+    h_post = _check("h_post", h_post, "fp32", optional=branches < 2)
     gamma = _check("gamma", gamma, "fp32", optional=True)
     hc_eps = _eps("hc_eps", hc_eps)
     grad_x_post = _check("grad_x_post", grad_x_post, optional=True)

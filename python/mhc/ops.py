@@ -23,18 +23,20 @@ def npu_mhc_pre(x, phi, alpha, bias, *, gamma=None, norm_eps=1e-6, hc_eps=1e-6, 
     """mHC pre-block forward (SPEC §2), differentiable (SPEC §8).
 
     Returns (h_in, h_post, h_res, inv_rms, h_mix, h_pre); the last three are None
-    unless out_flag=1, h_res is None for a two-entry alpha (F = 2N).
+    unless out_flag=1, h_res is None for a two-entry alpha (F = 2N), h_post and h_res
+    for a one-entry alpha (the head, F = N: h_mix is [.., N]; see also mhc_head).
 
     inner_precise is torch_npu's int: 0 computes h_mix = phi · u in fp32, 1 rounds
     both operands to HF32 first (SPEC §7); anything else (a bool, 1.0, "1", 2) is a
     ValueError.
 
     When grad mode is on and x, phi, alpha, bias or gamma requires grad, the call goes
-    through autograd.MhcPreFunction: h_in, h_post and h_res get a grad_fn whose backward
-    is npu_mhc_pre_backward. The caches inv_rms, h_mix, h_pre are non-differentiable
-    outputs (requires_grad False): they are the backward's saved state, not values to
-    train through, so gradients flow from h_in, h_post and h_res only. Otherwise (no
-    input requires grad, torch.no_grad, inference_mode) the library is called directly.
+    through autograd.MhcPreFunction: h_in, h_post and h_res (those returned) get a
+    grad_fn whose backward is npu_mhc_pre_backward. The caches inv_rms, h_mix, h_pre are
+    non-differentiable outputs (requires_grad False): they are the backward's saved
+    state, not values to train through, so gradients flow from h_in, h_post and h_res
+    only. Otherwise (no input requires grad, torch.no_grad, inference_mode) the library
+    is called directly.
     """
     if _builds_graph(x, phi, alpha, bias, gamma):
         outputs = MhcPreFunction.apply(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag,

@@ -183,7 +183,15 @@ BWD_NAMES = ("grad_x", "grad_phi", "grad_alpha", "grad_bias", "grad_gamma")
 
 
 def residual_count(n, form):
-    return {"square": n * n, "factorial": math.factorial(n), "two_entry": 0}[form]
+    return {"square": n * n, "factorial": math.factorial(n), "two_entry": 0, "head": 0}[form]
+
+
+def fusion_size(n, form):
+    """F, the rows of phi: 2N + R, or N for the head (one-entry alpha, SPEC §6)."""
+    return n if form == "head" else 2 * n + residual_count(n, form)
+
+
+ALPHA_ENTRIES = {"square": 3, "factorial": 3, "two_entry": 2, "head": 1}
 
 
 def token_lead(case):
@@ -199,7 +207,8 @@ def make_inputs(case, seed):
     n, d, dtype = case["N"], case["D"], DTYPES[case["dtype"]]
     lead = token_lead(case)
     r = residual_count(n, case["form"])
-    f, k = 2 * n + r, n * d
+    f, k = fusion_size(n, case["form"]), n * d
+    head = case["form"] == "head"
 
     def randn(*shape):
         return torch.randn(shape, generator=gen)
@@ -207,11 +216,11 @@ def make_inputs(case, seed):
     inp = {
         "x": randn(*lead, n, d).to(dtype),
         "phi": randn(f, k) / math.sqrt(k),  # keeps w = r*phi*u of order one
-        "alpha": 0.5 + torch.rand(2 if case["form"] == "two_entry" else 3, generator=gen),
+        "alpha": 0.5 + torch.rand(ALPHA_ENTRIES[case["form"]], generator=gen),
         "bias": 0.5 * randn(f),
         "gamma": 1.0 + 0.5 * randn(n, d) if case["gamma"] else None,
         "grad_h_in": randn(*lead, d).to(dtype),
-        "grad_h_post": randn(*lead, n),
+        "grad_h_post": None if head else randn(*lead, n),  # the head has no h_post
         "grad_h_res": None,
         "grad_x_post": randn(*lead, n, d).to(dtype) if case["grad_x_post"] else None,
     }
@@ -268,7 +277,7 @@ def compare_with_oracle(inp, outputs, case, norm_eps=1e-6, hc_eps=1e-6, also=())
                 check_output(name, ours, truth[name], mags[name], other_case, terms_abs.get(name))
     errs = {}
     for name, ours in outputs.items():
-        if truth[name] is None:  # h_res of a two-entry alpha, grad_gamma without gamma
+        if truth[name] is None:  # h_res/h_post of a 2/1-entry alpha, grad_gamma without gamma
             if name == "grad_gamma" and ours is not None:  # npu_mhc_pre_backward's (SPEC §8)
                 assert_zero_grad_gamma(ours, inp["x"])
             else:
@@ -302,8 +311,10 @@ def leaves_of(inp, requires=LEAVES):
 
 def weighted_loss(h_in, h_post, h_res, inp):
     """sum(h_in*g_h_in) + sum(h_post*g_h_post) + sum(h_res*g_h_res): the incoming grads
-    of the outputs are then exactly the test's grad tensors."""
-    loss = (h_in.float() * inp["grad_h_in"].float()).sum() + (h_post * inp["grad_h_post"]).sum()
+    of the outputs are then exactly the test's grad tensors (h_post, h_res: those given)."""
+    loss = (h_in.float() * inp["grad_h_in"].float()).sum()
+    if h_post is not None:
+        loss = loss + (h_post * inp["grad_h_post"]).sum()
     if h_res is not None:
         loss = loss + (h_res * inp["grad_h_res"]).sum()
     return loss

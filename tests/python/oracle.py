@@ -1,6 +1,10 @@
 """The float64 truth for MhcPre, written from SPEC §2 (and §7's HF32 mode) and
 independent of the library.
 
+Every form of alpha is covered: three entries (F = 2N + R), two (F = 2N, no h_res)
+and one, the head (F = N: h_pre = sigmoid(alpha[0]*r*m + bias) + hc_eps and
+h_in = sum_n h_pre[n] v[n], no h_post, no h_res).
+
 Gradients are torch autograd through forward64 (SPEC §3 is checked against it in
 the tests, not used to build it). backward_terms64 evaluates the §3 intermediate
 quantities in float64, for the error bounds of h_in and grad_x.
@@ -20,7 +24,8 @@ def hf32(a):
 def forward64(x, phi, alpha, bias, gamma=None, norm_eps=1e-6, hc_eps=1e-6, *, hf32_matmul=False):
     """SPEC §2 in float64. x: [..., N, D]; returns (h_in, h_post, h_res, inv_rms, h_mix, h_pre).
 
-    h_res is [..., N, N] when R = N*N, else [..., R]; None for a two-entry alpha.
+    h_res is [..., N, N] when R = N*N, else [..., R]; None for a two-entry alpha, and
+    h_post too for a one-entry alpha (the head, F = N: SPEC §6).
     hf32_matmul: SPEC §7's opImplMode 1, h_mix = hf32(phi) · hf32(u) with u = x·gamma
     computed in fp32; the product itself in float64.
     """
@@ -41,26 +46,31 @@ def forward64(x, phi, alpha, bias, gamma=None, norm_eps=1e-6, hc_eps=1e-6, *, hf
     alpha = alpha.to(F64)
     bias = bias.to(F64)
     h_pre = torch.sigmoid(alpha[0] * w[:, :n] + bias[:n]) + hc_eps
-    h_post = 2.0 * torch.sigmoid(alpha[1] * w[:, n:2 * n] + bias[n:2 * n])
-    if alpha.numel() == 2:  # no residual branch (SPEC §6)
+    h_post = None
+    if alpha.numel() >= 2:  # the head has no post branch (SPEC §6)
+        h_post = 2.0 * torch.sigmoid(alpha[1] * w[:, n:2 * n] + bias[n:2 * n]).reshape(lead + (n,))
+    if alpha.numel() <= 2:  # no residual branch (SPEC §6)
         h_res = None
     else:
         rr = f - 2 * n
         h_res = alpha[2] * w[:, 2 * n:] + bias[2 * n:]
         h_res = h_res.reshape(lead + ((n, n) if rr == n * n else (rr,)))
     h_in = (h_pre[:, :, None] * v.reshape(-1, n, d)).sum(dim=1)
-    return (h_in.reshape(lead + (d,)), h_post.reshape(lead + (n,)), h_res, r.reshape(lead),
+    return (h_in.reshape(lead + (d,)), h_post, h_res, r.reshape(lead),
             m.reshape(lead + (f,)), h_pre.reshape(lead + (n,)))
 
 
 def grads64(x, phi, alpha, bias, gamma, norm_eps, hc_eps, grad_h_in, grad_h_post, grad_h_res,
             grad_x_post=None):
     """Autograd truth: grads of sum(h_in*g_h_in)+sum(h_post*g_h_post)+sum(h_res*g_h_res)
-    w.r.t. x, phi, alpha, bias, gamma (None without gamma), plus grad_x_post on grad_x."""
+    w.r.t. x, phi, alpha, bias, gamma (None without gamma), plus grad_x_post on grad_x.
+    The terms of the outputs an alpha's form lacks (h_post, h_res) are left out."""
     leaves = [t.detach().to(F64).requires_grad_(True) for t in (x, phi, alpha, bias)]
     g = gamma.detach().to(F64).requires_grad_(True) if gamma is not None else None
     h_in, h_post, h_res, _, _, _ = forward64(*leaves, g, norm_eps, hc_eps)
-    loss = (h_in * grad_h_in.to(F64)).sum() + (h_post * grad_h_post.to(F64)).sum()
+    loss = (h_in * grad_h_in.to(F64)).sum()
+    if h_post is not None:
+        loss = loss + (h_post * grad_h_post.to(F64)).sum()
     if h_res is not None:
         loss = loss + (h_res * grad_h_res.to(F64).reshape(h_res.shape)).sum()
     wrt = leaves + ([g] if g is not None else [])
@@ -85,18 +95,18 @@ def backward_terms64(x, phi, alpha, bias, gamma, norm_eps, hc_eps, grad_h_in, gr
         v = x.to(F64).reshape(nt, n, d)
         gh_in = grad_h_in.to(F64).reshape(nt, d)
         h_pre = h_pre.reshape(nt, n)
-        h_post = h_post.reshape(nt, n)
         r = r.reshape(nt)
         m = m.reshape(nt, -1)
         a = alpha.to(F64)
         s = h_pre - hc_eps
         gz_pre = (v * gh_in[:, None, :]).sum(dim=2) * s * (1 - s)
-        gz_post = grad_h_post.to(F64).reshape(nt, n) * h_post * (1 - h_post / 2)
-        if a.numel() == 2:
-            gw = torch.cat([a[0] * gz_pre, a[1] * gz_post], dim=1)
-        else:
-            gz_res = grad_h_res.to(F64).reshape(nt, -1)
-            gw = torch.cat([a[0] * gz_pre, a[1] * gz_post, a[2] * gz_res], dim=1)
+        gw = [a[0] * gz_pre]
+        if a.numel() >= 2:  # the post branch (not the head's)
+            h_post = h_post.reshape(nt, n)
+            gw.append(a[1] * grad_h_post.to(F64).reshape(nt, n) * h_post * (1 - h_post / 2))
+        if a.numel() == 3:
+            gw.append(a[2] * grad_h_res.to(F64).reshape(nt, -1))
+        gw = torch.cat(gw, dim=1)
         big_g = r[:, None] * gw
         g_r = (gw * m).sum(dim=1)
         gu = big_g @ phi.to(F64)
@@ -135,16 +145,18 @@ def magnitudes64(x, phi, alpha, bias, gamma, norm_eps, hc_eps, grad_h_in, grad_h
         r = r.reshape(nt, 1)
         m = m.reshape(nt, f)
         a = alpha.to(F64)
-        a_rows = torch.cat([a[0].abs().expand(n), a[1].abs().expand(n)]
-                           + ([a[2].abs().expand(f - 2 * n)] if a.numel() == 3 else []))
+        branches = a.numel()  # 1 the head (pre only), 2 pre and post, 3 with res
+        a_rows = torch.cat([a[0].abs().expand(n)] + ([a[1].abs().expand(n)] if branches >= 2 else [])
+                           + ([a[2].abs().expand(f - 2 * n)] if branches == 3 else []))
         b = bias.to(F64)
         # forward
         m_mag = u.abs() @ phi_abs.t()
         z_mag = a_rows * r * m_mag + b.abs()
         s = h_pre.reshape(nt, n) - hc_eps
-        sp = torch.sigmoid(a[1] * r[:, 0:1] * m[:, n:2 * n] + b[n:2 * n])
         h_pre_mag = s + s * (1 - s) * z_mag[:, :n]
-        h_post_mag = 2 * sp + 2 * sp * (1 - sp) * z_mag[:, n:2 * n]
+        if branches >= 2:
+            sp = torch.sigmoid(a[1] * r[:, 0:1] * m[:, n:2 * n] + b[n:2 * n])
+            h_post_mag = 2 * sp + 2 * sp * (1 - sp) * z_mag[:, n:2 * n]
         vv = v.reshape(nt, n, d).abs()
         h_in_mag = (h_pre_mag[:, :, None] * vv).sum(dim=1)
         # backward
@@ -153,12 +165,13 @@ def magnitudes64(x, phi, alpha, bias, gamma, norm_eps, hc_eps, grad_h_in, grad_h
         g_pre_mag = (vv * gh.abs()[:, None, :]).sum(dim=2)
         gz_pre = g_pre * s * (1 - s)
         gz_pre_mag = g_pre_mag * s * (1 - s) + g_pre.abs() * h_pre_mag
-        ghp = grad_h_post.to(F64).reshape(nt, n)
-        gz_post = ghp * 2 * sp * (1 - sp)
-        gz_post_mag = ghp.abs() * (2 * sp * (1 - sp) + (1 - 2 * sp).abs() * h_post_mag)
-        gz = [gz_pre, gz_post]
-        gz_mag = [gz_pre_mag, gz_post_mag]
-        if a.numel() == 3:
+        gz = [gz_pre]
+        gz_mag = [gz_pre_mag]
+        if branches >= 2:
+            ghp = grad_h_post.to(F64).reshape(nt, n)
+            gz.append(ghp * 2 * sp * (1 - sp))
+            gz_mag.append(ghp.abs() * (2 * sp * (1 - sp) + (1 - 2 * sp).abs() * h_post_mag))
+        if branches == 3:
             ghr = grad_h_res.to(F64).reshape(nt, f - 2 * n)
             gz.append(ghr)
             gz_mag.append(ghr.abs())
@@ -177,15 +190,15 @@ def magnitudes64(x, phi, alpha, bias, gamma, norm_eps, hc_eps, grad_h_in, grad_h
         w = r * m
         w_mag = r * m_mag
         ga_rows = gz_mag * w.abs() + gz.abs() * w_mag
-        blocks = [ga_rows[:, :n].sum(), ga_rows[:, n:2 * n].sum()]
-        if a.numel() == 3:
+        blocks = [ga_rows[:, :n].sum()] + ([ga_rows[:, n:2 * n].sum()] if branches >= 2 else [])
+        if branches == 3:
             blocks.append(ga_rows[:, 2 * n:].sum())
         rr = f - 2 * n
         res_shape = lead + ((n, n) if rr == n * n else (rr,))
         return {
             "h_in": h_in_mag.reshape(lead + (d,)),
-            "h_post": h_post_mag.reshape(lead + (n,)),
-            "h_res": z_mag[:, 2 * n:].reshape(res_shape) if a.numel() == 3 else None,
+            "h_post": h_post_mag.reshape(lead + (n,)) if branches >= 2 else None,
+            "h_res": z_mag[:, 2 * n:].reshape(res_shape) if branches == 3 else None,
             "inv_rms": r.reshape(lead),
             "h_mix": m_mag.reshape(lead + (f,)),
             "h_pre": h_pre_mag.reshape(lead + (n,)),

@@ -25,7 +25,7 @@ def test_thread_setting_round_trips():
 
 
 @pytest.mark.parametrize("layout", ["BSND", "TND"])
-@pytest.mark.parametrize("form", ["square", "factorial", "two_entry"])
+@pytest.mark.parametrize("form", ["square", "factorial", "two_entry", "head"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 def test_output_shapes_dtypes_and_layout(layout, form, dtype):
     n, d = 3, 5
@@ -35,9 +35,10 @@ def test_output_shapes_dtypes_and_layout(layout, form, dtype):
     lead = tuple(inp["x"].shape[:-2])
     f = inp["phi"].shape[0]
     (h_in, h_post, h_res, inv_rms, h_mix, h_pre), bwd = run_ours(inp)
-    res_shape = {"square": lead + (n, n), "factorial": lead + (math.factorial(n),), "two_entry": None}
-    want = {"h_in": lead + (d,), "h_post": lead + (n,), "inv_rms": lead, "h_mix": lead + (f,),
-            "h_pre": lead + (n,), "h_res": res_shape[form]}
+    res_shape = {"square": lead + (n, n), "factorial": lead + (math.factorial(n),), "two_entry": None,
+                 "head": None}
+    want = {"h_in": lead + (d,), "h_post": None if form == "head" else lead + (n,), "inv_rms": lead,
+            "h_mix": lead + (f,), "h_pre": lead + (n,), "h_res": res_shape[form]}
     for name, t in zip(FWD_NAMES, (h_in, h_post, h_res, inv_rms, h_mix, h_pre)):
         if want[name] is None:
             assert t is None, name

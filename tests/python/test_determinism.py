@@ -14,10 +14,15 @@ THREAD_CASES = [
      "grad_x_post": False, "form": "factorial"},
     {"N": 6, "D": 100, "T": 37, "layout": "BSND", "dtype": "fp16", "gamma": False,
      "grad_x_post": True, "form": "two_entry"},
+    # the head (one-entry alpha): many tokens, then one long token
+    {"N": 4, "D": 64, "T": 1000, "layout": "BSND", "dtype": "bf16", "gamma": True,
+     "grad_x_post": True, "form": "head"},
+    {"N": 8, "D": 4096, "T": 1, "layout": "TND", "dtype": "fp16", "gamma": False,
+     "grad_x_post": False, "form": "head"},
 ]
 
 
-@pytest.mark.parametrize("case", THREAD_CASES, ids=lambda c: f"N{c['N']}-D{c['D']}-T{c['T']}")
+@pytest.mark.parametrize("case", THREAD_CASES, ids=lambda c: f"N{c['N']}-D{c['D']}-T{c['T']}-{c['form']}")
 def test_bitwise_identical_across_thread_counts(case):
     inp = make_inputs(case, seed=606)
     results = {}
@@ -49,15 +54,17 @@ def slice_token(inp, layout, i):
     return out
 
 
+@pytest.mark.parametrize("form", ["square", "head"])
 @pytest.mark.parametrize("layout", ["TND", "BSND"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
-def test_token_alone_equals_token_in_batch(layout, dtype):
+def test_token_alone_equals_token_in_batch(layout, dtype, form):
     case = {"N": 4, "D": 100, "T": 37, "layout": "TND", "dtype": dtype, "gamma": True,
-            "grad_x_post": True, "form": "square"}
+            "grad_x_post": True, "form": form}
     inp = make_inputs(case, seed=608)
     if layout == "BSND":  # [1, 37, ...]: the tokens along S
         for name in ("x", "grad_h_in", "grad_h_post", "grad_h_res", "grad_x_post"):
-            inp[name] = inp[name].unsqueeze(0)
+            if inp[name] is not None:  # the head has no grad_h_post, grad_h_res
+                inp[name] = inp[name].unsqueeze(0)
     mhc.set_num_threads(2)
     fwd, bwd = run_ours(inp)
     per_token = dict(zip(FWD_NAMES + ("grad_x",), fwd + bwd[:1]))
@@ -65,5 +72,8 @@ def test_token_alone_equals_token_in_batch(layout, dtype):
         one_fwd, one_bwd = run_ours(slice_token(inp, layout, i))
         for name, alone in zip(FWD_NAMES + ("grad_x",), one_fwd + one_bwd[:1]):
             batch = per_token[name]
+            if batch is None:  # h_post, h_res of the head
+                assert alone is None, name
+                continue
             row = batch[i:i + 1] if layout == "TND" else batch[:, i:i + 1]
             assert_same_bits(name, row, alone, f"token {i} in the batch vs alone")

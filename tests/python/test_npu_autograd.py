@@ -38,7 +38,7 @@ class NoFunction:
 
 @pytest.mark.parametrize("layout", ["BSND", "TND"])
 @pytest.mark.parametrize("out_flag", [0, 1])
-@pytest.mark.parametrize("form", ["square", "two_entry"])
+@pytest.mark.parametrize("form", ["square", "two_entry", "head"])
 @pytest.mark.parametrize("gamma", [True, False], ids=["gamma", "nogamma"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 def test_backward_matches_oracle_and_the_backward_by_hand(dtype, gamma, form, out_flag, layout):
@@ -48,7 +48,7 @@ def test_backward_matches_oracle_and_the_backward_by_hand(dtype, gamma, form, ou
     outputs = call_npu(leaves, out_flag)
     assert len(outputs) == 6
     h_in, h_post, h_res, inv_rms, h_mix, h_pre = outputs
-    assert (h_res is None) == (form == "two_entry")
+    assert (h_res is None) == (form in ("two_entry", "head")) and (h_post is None) == (form == "head")
     for name, out in zip(OUTPUT_NAMES, outputs[:3]):
         assert out is None or (out.requires_grad and out.grad_fn is not None), name
     for name, cache in zip(CACHE_NAMES, outputs[3:]):

@@ -149,7 +149,7 @@ def test_hf32_rounding_of_the_golden():
 
 HF32_CASES = [case_of(dtype, gamma, form, layout="BSND" if form == "square" else "TND")
               for dtype in ("bf16", "fp16", "fp32") for gamma in (True, False)
-              for form in ("square", "factorial", "two_entry")] + [
+              for form in ("square", "factorial", "two_entry", "head")] + [
     case_of("bf16", True, "square", "TND", n=4, d=4096, t=3),
     case_of("fp32", False, "factorial", "TND", n=3, d=5, t=7),
     case_of("fp16", True, "factorial", "BSND", n=6, d=128, t=4),
