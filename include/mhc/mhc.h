@@ -21,6 +21,9 @@ extern "C" {
 #endif
 
 #define MHC_MAX_RANK 8
+/* The most elements of any operand and of every product of dims the operators
+   form (2^44): larger calls are rejected before anything is allocated. */
+#define MHC_MAX_ELEMENTS 17592186044416
 
 typedef enum mhc_dtype { MHC_BF16 = 0, MHC_FP16 = 1, MHC_FP32 = 2 } mhc_dtype;
 
@@ -74,18 +77,18 @@ MHC_API mhc_options mhc_default_options(void);
 MHC_API int mhc_pre_forward(const mhc_tensor *x, const mhc_tensor *phi, const mhc_tensor *alpha,
                             const mhc_tensor *bias, const mhc_tensor *gamma /* nullable */,
                             const mhc_tensor *h_in,
-                            const mhc_tensor *h_post /* NULL iff alpha has 1 entry (the head) */,
-                            const mhc_tensor *h_res /* NULL iff alpha has 2 entries */,
+                            const mhc_tensor *h_post /* required unless alpha has 1 entry (the head) */,
+                            const mhc_tensor *h_res /* required iff alpha has 3 entries */,
                             const mhc_tensor *inv_rms, const mhc_tensor *h_mix,
                             const mhc_tensor *h_pre /* caches: all three or none */,
                             const mhc_options *options /* nullable: defaults */);
 
 MHC_API int mhc_pre_backward(const mhc_tensor *x, const mhc_tensor *phi, const mhc_tensor *alpha,
                              const mhc_tensor *grad_h_in,
-                             const mhc_tensor *grad_h_post /* NULL iff alpha has 1 entry */,
-                             const mhc_tensor *grad_h_res /* NULL iff alpha has 2 entries */,
+                             const mhc_tensor *grad_h_post /* required unless alpha has 1 entry */,
+                             const mhc_tensor *grad_h_res /* required iff alpha has 3 entries */,
                              const mhc_tensor *inv_rms, const mhc_tensor *h_mix,
-                             const mhc_tensor *h_pre, const mhc_tensor *h_post /* NULL iff alpha has 1 entry */,
+                             const mhc_tensor *h_pre, const mhc_tensor *h_post /* required unless alpha has 1 entry */,
                              const mhc_tensor *gamma /* nullable */,
                              const mhc_tensor *grad_x_post /* nullable */,
                              const mhc_tensor *grad_x, const mhc_tensor *grad_phi,

@@ -23,8 +23,8 @@ _X_DTYPES = "bf16, fp16 or fp32"
 
 _num_threads = 0  # 0: the library's default (MHC_NUM_THREADS or all hardware threads)
 
-# The library's operand limit (kMaxOperandElements, src/ops/pre_operands.cpp).
-_MAX_ELEMENTS = 1 << 44
+# The library's operand limit (MHC_MAX_ELEMENTS).
+_MAX_ELEMENTS = _lib.MAX_ELEMENTS
 _LIMIT_TEXT = "2^44 elements, more than any machine's memory"
 
 

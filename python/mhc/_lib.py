@@ -11,6 +11,7 @@ import ctypes.util
 import os
 
 MAX_RANK = 8
+MAX_ELEMENTS = 17592186044416  # 2^44
 
 # mhc_dtype
 BF16 = 0

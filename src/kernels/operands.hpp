@@ -16,7 +16,7 @@ namespace mhc::kernels {
 struct PreShape {
   int64_t T = 0;  // tokens
   int64_t N = 0, D = 0, K = 0;  // streams, columns, K = N * D
-  int64_t F = 0, R = 0;         // rows of phi (2N + R), residual logits (0 with a two-entry alpha)
+  int64_t F = 0, R = 0;         // rows of phi (2N + R; N for the head), residual logits (0 unless 3 alpha entries)
   bool two_entry_alpha = false;  // alpha has 2 entries: no residual branch
   bool head = false;             // alpha has 1 entry, F = N: the pre branch only (SPEC §6)
   DType x_dtype = DType::fp32;   // x, h_in, grad_h_in, grad_x_post, grad_x

@@ -46,19 +46,19 @@ struct BackwardOperands {
   StreamRows<const void> x;            // [T][N][D]
   Matrix<const float> phi;             // [F][K]
   Matrix<const float> gamma;           // [N][D], or absent
-  const float* alpha = nullptr;        // [2 or 3]
+  const float* alpha = nullptr;        // [alpha_entries()]
   StreamRows<const void> grad_h_in;    // [T][D]
-  TokenRows<const float> grad_h_post;  // [T][N]
-  TokenRows<const float> grad_h_res;   // [T][R], absent with a two-entry alpha
+  TokenRows<const float> grad_h_post;  // [T][N], absent for the head
+  TokenRows<const float> grad_h_res;   // [T][R], absent unless alpha has 3 entries
   TokenRows<const float> inv_rms;      // [T][1]
   TokenRows<const float> h_mix;        // [T][F]
   TokenRows<const float> h_pre;        // [T][N]
-  TokenRows<const float> h_post;       // [T][N]
+  TokenRows<const float> h_post;       // [T][N], absent for the head
   StreamRows<const void> grad_x_post;  // [T][N][D], or absent (0)
   StreamRows<void> grad_x;             // [T][N][D]
   Matrix<float> grad_phi;              // [F][K]
   Matrix<float> grad_gamma;            // [N][D], or absent
-  float* grad_alpha = nullptr;         // [2 or 3]
+  float* grad_alpha = nullptr;         // [alpha_entries()]
   float* grad_bias = nullptr;          // [F]
 };
 

@@ -41,11 +41,11 @@ struct ForwardOperands {
   StreamRows<const void> x;    // [T][N][D]
   Matrix<const float> phi;     // [F][K]
   Matrix<const float> gamma;   // [N][D], or absent
-  const float* alpha = nullptr;  // [2 or 3]
+  const float* alpha = nullptr;  // [alpha_entries()]
   const float* bias = nullptr;   // [F]
   StreamRows<void> h_in;       // [T][D]
-  TokenRows<float> h_post;     // [T][N]
-  TokenRows<float> h_res;      // [T][R], absent with a two-entry alpha
+  TokenRows<float> h_post;     // [T][N], absent for the head
+  TokenRows<float> h_res;      // [T][R], absent unless alpha has 3 entries
   TokenRows<float> inv_rms;    // [T][1] } all three
   TokenRows<float> h_mix;      // [T][F] } or
   TokenRows<float> h_pre;      // [T][N] } none

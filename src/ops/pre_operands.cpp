@@ -24,7 +24,8 @@ int64_t factorial_saturated(int64_t n) {
 // operands and workspaces (T*K, F*K, T*F) are held to it here, so that no later
 // size computation can overflow 64 bits: an input broadcast with stride 0, or an
 // empty batch, describes any dims in a few bytes.
-constexpr int64_t kMaxOperandElements = int64_t(1) << 44;
+constexpr int64_t kMaxOperandElements = MHC_MAX_ELEMENTS;
+static_assert(kMaxOperandElements == int64_t(1) << 44, "kMaxOperandText says 2^44");
 const char* const kMaxOperandText = "2^44 elements, more than any machine's memory";
 
 // *product = a * b, false if that overflows or exceeds kMaxOperandElements.

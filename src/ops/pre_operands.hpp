@@ -33,7 +33,7 @@ struct TokenSpace {
 
 // x: its dtype, layout and dims into *space.
 Status check_x(const char* name, const TensorView& x, TokenSpace* space);
-// phi fixes F, alpha must agree: [2] exactly when F = 2N.
+// phi fixes F, alpha must agree: [2] exactly when F = 2N, [1] exactly when F = N.
 Status check_phi_alpha(const char* phi_name, const TensorView& phi, const char* alpha_name,
                        const TensorView& alpha, core::Dims* d);
 Status check_fp32(const char* name, const TensorView& v, const std::vector<ShapeOption>& shapes,

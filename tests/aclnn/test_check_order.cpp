@@ -52,6 +52,10 @@ std::vector<Pair> forward_pairs() {
        ACLNN_ERR_PARAM_INVALID, "phi: expected rank 2, got rank 3"},
       {"alpha_length_before_null_hRes", v2, [](OpCase& c) { c.slot("alpha").dims = {4}; drop(c.slot("hRes")); }, 0,
        ACLNN_ERR_PARAM_INVALID, "alpha: expected [2] or [3], got [4]"},
+      // The head (a one-entry alpha) is not CANN's: 161002, whatever hRes is.
+      {"one_entry_alpha_is_161002", v2,
+       [](OpCase& c) { c.slot("alpha").dims = {1}; c.slot("phi").dims[0] = 4; c.slot("bias").dims = {4}; drop(c.slot("hRes")); },
+       0, ACLNN_ERR_PARAM_INVALID, "alpha: expected [2] or [3], got [1]"},
       {"null_hRes_before_rank_hIn", v2, [](OpCase& c) { drop(c.slot("hRes")); add_rank(c.slot("hIn")); }, 0,
        ACLNN_ERR_PARAM_NULLPTR, "hRes is NULL (required: alpha has 3 entries)"},
       {"rank_hIn_before_cache_group", v2, [](OpCase& c) { add_rank(c.slot("hIn")); drop(c.slot("invRms")); }, 0,
@@ -91,6 +95,10 @@ std::vector<Pair> backward_pairs() {
        "gradX is NULL"},
       {"null_gradHRes_before_opImplMode", v2, [](OpCase& c) { drop(c.slot("gradHRes")); }, 9,
        ACLNN_ERR_PARAM_NULLPTR, "gradHRes is NULL (required: alpha has 3 entries)"},
+      {"one_entry_alpha_is_161002", v2,
+       [](OpCase& c) { c.slot("alpha").dims = {1}; c.slot("phi").dims[0] = 4; c.slot("gradAlpha").dims = {1};
+                       c.slot("gradBias").dims = {4}; drop(c.slot("gradHRes")); },
+       0, ACLNN_ERR_PARAM_INVALID, "phi: expected"},
       {"null_gradGamma_before_empty_x", v2, [](OpCase& c) { drop(c.slot("gradGamma")); empty(c.slot("x")); }, 0,
        ACLNN_ERR_PARAM_NULLPTR, "gradGamma is NULL (required: gammaOptional is given)"},
       {"empty_hMix_before_rank_x", v2, [](OpCase& c) { empty(c.slot("hMix")); add_rank(c.slot("x")); }, 0,

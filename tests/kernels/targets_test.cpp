@@ -26,5 +26,20 @@ TEST(KernelTargets, EverySimdTargetThisCpuRunsHasItsTable) {
 #endif
 }
 
+// A table that does not apply to every call has a base that runs the rest and
+// finishes its items; every entry has both operators' tables.
+TEST(Registry, EveryEntryIsComplete) {
+  for (const mhc::kernels::Implementation& impl : mhc::kernels::implementations()) {
+    SCOPED_TRACE(impl.name);
+    ASSERT_NE(impl.pre_forward, nullptr);
+    ASSERT_NE(impl.pre_backward, nullptr);
+    if (impl.pre_forward->applies != nullptr) {
+      ASSERT_NE(impl.pre_forward_base, nullptr);
+      EXPECT_NE(impl.pre_forward_base->finish_tokens, nullptr);
+      EXPECT_EQ(impl.pre_forward_base->applies, nullptr);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mhc_kernel_test

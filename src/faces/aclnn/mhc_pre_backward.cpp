@@ -27,17 +27,18 @@ struct BackwardArgs {
   aclOpExecutor** executor;
 };
 
-// Whether alpha has 2 entries, as far as its descriptor says before it is checked.
-bool two_entry_alpha(const TensorArg& alpha) {
+// Whether alpha has 3 entries, as far as its descriptor says before it is checked
+// (any other alpha is rejected later with 161002, whatever gradHRes is).
+bool three_entry_alpha(const TensorArg& alpha) {
   TensorInfo t;
-  return alpha.tensor != nullptr && tensor_info(alpha.tensor, &t) && t.dims.size() == 1 && t.dims[0] == 2;
+  return alpha.tensor != nullptr && tensor_info(alpha.tensor, &t) && t.dims.size() == 1 && t.dims[0] == 3;
 }
 
 // CANN's checks, in CANN's order. *with_residual: alpha (and phi) have the residual branch.
 aclnnStatus check_backward(const Checks& c, const BackwardArgs& a, bool* with_residual) {
   const bool gamma = a.gamma.tensor != nullptr;
   ACLNN_RETURN_IF_ERROR(c.result_pointers(a.workspace_size, a.executor));
-  *with_residual = !two_entry_alpha(a.alpha);
+  *with_residual = three_entry_alpha(a.alpha);
   for (const TensorArg& t : {a.x, a.phi, a.alpha, a.grad_h_in, a.grad_h_post}) ACLNN_RETURN_IF_ERROR(c.not_null(t));
   if (*with_residual) ACLNN_RETURN_IF_ERROR(c.not_null(a.grad_h_res, "required: alpha has 3 entries"));
   for (const TensorArg& t : {a.inv_rms, a.h_mix, a.h_pre, a.h_post, a.grad_x, a.grad_phi, a.grad_alpha, a.grad_bias})

@@ -13,7 +13,7 @@
 namespace mhc::kernels::reference {
 
 // Contiguous float64 operands. Per-token arrays are [T, ...] row-major; phi is
-// [F, K]; gamma is [K] or empty (= ones); alpha has 2 or 3 entries.
+// [F, K]; gamma is [K] or empty (= ones); alpha has 1, 2 or 3 entries.
 struct ForwardInputs64 {
   PreShape dims;  // x_dtype is not used
   std::vector<double> x, phi, alpha, bias, gamma;
