@@ -23,15 +23,6 @@ int64_t saturated_factorial(int64_t n) {
   return f;
 }
 
-std::string dims_text(const std::vector<int64_t>& dims) {
-  std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (i) s += ',';
-    s += std::to_string(dims[i]);
-  }
-  return s + "]";
-}
-
 const char* dtype_name(int32_t dtype) {
   switch (dtype) {
     case ACL_FLOAT: return "ACL_FLOAT";

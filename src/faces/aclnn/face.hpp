@@ -22,6 +22,7 @@
 #include "core/problem.hpp"
 #include "faces/guarded.hpp"
 #include "mhc/mhc.hpp"
+#include "ops/tensor_checks.hpp"
 
 namespace mhc::faces::aclnn {
 
@@ -104,6 +105,11 @@ struct TensorInfo {
 };
 // False when `tensor` is not a live aclTensor (destroyed or never created).
 bool tensor_info(const aclTensor* tensor, TensorInfo* info);
+
+// "[a,b,c]": dims in messages, as the core writes them (ops::dims_string).
+inline std::string dims_text(const std::vector<int64_t>& dims) {
+  return ops::dims_string(dims.data(), int(dims.size()));
+}
 // The name of a private (Ascend-tiled) aclFormat, else nullptr.
 const char* private_format_name(int32_t format);
 // Formats that describe plain row-major memory (the dims say everything).

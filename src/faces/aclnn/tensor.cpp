@@ -25,15 +25,6 @@ HandleRegistry<Tensor>& tensors() {
   return registry;
 }
 
-std::string dims_string(const std::vector<int64_t>& dims) {
-  std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (i) s += ',';
-    s += std::to_string(dims[i]);
-  }
-  return s + "]";
-}
-
 bool to_mhc_dtype(int32_t dtype, DType* out) {
   switch (dtype) {
     case ACL_BF16: *out = DType::bf16; return true;
@@ -101,11 +92,11 @@ aclnnStatus to_view(const char* op, const TensorArg& arg, TensorView* view) {
     return fail(ACLNN_ERR_PARAM_INVALID, where + ": rank " + std::to_string(t->view_dims.size()) +
                                              " exceeds " + std::to_string(kMaxRank));
   if (product(t->view_dims) == 0)
-    return fail(ACLNN_ERR_PARAM_INVALID, where + ": empty tensor " + dims_string(t->view_dims) + " is not supported");
+    return fail(ACLNN_ERR_PARAM_INVALID, where + ": empty tensor " + dims_text(t->view_dims) + " is not supported");
   if (t->offset < 0)
     return fail(ACLNN_ERR_PARAM_INVALID, where + ": negative offset " + std::to_string(t->offset));
   if (t->has_storage && storage_elements(t->storage_dims) < 0)
-    return fail(ACLNN_ERR_PARAM_INVALID, where + ": storage dims " + dims_string(t->storage_dims) +
+    return fail(ACLNN_ERR_PARAM_INVALID, where + ": storage dims " + dims_text(t->storage_dims) +
                                              " are negative or their element count overflows 64 bits");
   int64_t offset_bytes;  // checked even without storage dims: the pointer arithmetic must not overflow
   if (__builtin_mul_overflow(t->offset, core::element_size(dtype), &offset_bytes) ||
@@ -113,9 +104,9 @@ aclnnStatus to_view(const char* op, const TensorArg& arg, TensorView* view) {
     return fail(ACLNN_ERR_PARAM_INVALID, where + ": offset " + std::to_string(t->offset) +
                                              " elements overflows the address space");
   if (t->has_storage && !view_inside_storage(*t))
-    return fail(ACLNN_ERR_PARAM_INVALID, where + ": view " + dims_string(t->view_dims) + " with strides " +
-                                             dims_string(t->strides) + " and offset " + std::to_string(t->offset) +
-                                             " reaches outside its storage " + dims_string(t->storage_dims));
+    return fail(ACLNN_ERR_PARAM_INVALID, where + ": view " + dims_text(t->view_dims) + " with strides " +
+                                             dims_text(t->strides) + " and offset " + std::to_string(t->offset) +
+                                             " reaches outside its storage " + dims_text(t->storage_dims));
   TensorView v;
   v.dtype = dtype;
   v.rank = int32_t(t->view_dims.size());
@@ -157,7 +148,7 @@ aclTensor* aclCreateTensor(const int64_t* viewDims, uint64_t viewDimsNum, aclDat
     auto t = std::make_shared<Tensor>();
     t->view_dims.assign(viewDims, viewDims + viewDimsNum);
     if (std::any_of(t->view_dims.begin(), t->view_dims.end(), [](int64_t d) { return d < 0; })) {
-      set_recent_error("aclCreateTensor: negative dim in viewDims " + dims_string(t->view_dims));
+      set_recent_error("aclCreateTensor: negative dim in viewDims " + dims_text(t->view_dims));
       return nullptr;
     }
     if (stride != nullptr) {
