@@ -10,6 +10,12 @@
 namespace mhc_test {
 namespace {
 
+// Every tensor of `with` holds the bits of its twin in `plain`.
+void expect_same_bits(const Operands& with, const Operands& plain, mhc::Isa isa) {
+  for (const TensorMember& m : tensor_members())
+    EXPECT_EQ((with.*m.member).raw(), (plain.*m.member).raw()) << mhc::isa_name(isa) << " " << m.name;
+}
+
 Config two_entry_config(DType dtype) {
   Config c;
   c.B = 2; c.S = 5; c.N = 4; c.D = 40; c.dtype = dtype;
@@ -56,8 +62,7 @@ TEST(TwoEntryAlpha, AnHResGivenIsLeftUntouched) {
     const mhc::Status st = mhc::pre_forward(forward_inputs(with), out, with.options);
     ASSERT_TRUE(st.ok()) << st.message();
     EXPECT_EQ(h_res.raw(), before) << mhc::isa_name(isa);
-    for (const TensorMember& m : tensor_members())
-      EXPECT_EQ((with.*m.member).raw(), (plain.*m.member).raw()) << mhc::isa_name(isa) << " " << m.name;
+    expect_same_bits(with, plain, isa);
   }
 }
 
@@ -75,8 +80,7 @@ TEST(TwoEntryAlpha, AGradHResGivenIsNotRead) {
     in.grad_h_res = grad_h_res.view();
     const mhc::Status st = mhc::pre_backward(in, backward_outputs(with), with.options);
     ASSERT_TRUE(st.ok()) << st.message();
-    for (const TensorMember& m : tensor_members())
-      EXPECT_EQ((with.*m.member).raw(), (plain.*m.member).raw()) << mhc::isa_name(isa) << " " << m.name;
+    expect_same_bits(with, plain, isa);
   }
 }
 
@@ -104,8 +108,7 @@ TEST(Head, AnHPostOrHResGivenIsLeftUntouched) {
     ASSERT_TRUE(st.ok()) << st.message();
     EXPECT_EQ(h_post.raw(), post_before) << mhc::isa_name(isa);
     EXPECT_EQ(h_res.raw(), res_before) << mhc::isa_name(isa);
-    for (const TensorMember& m : tensor_members())
-      EXPECT_EQ((with.*m.member).raw(), (plain.*m.member).raw()) << mhc::isa_name(isa) << " " << m.name;
+    expect_same_bits(with, plain, isa);
   }
 }
 
@@ -125,8 +128,7 @@ TEST(Head, ThePostAndResidualInputsAreNotRead) {
     in.h_post = nan_rows.view();
     const mhc::Status st = mhc::pre_backward(in, backward_outputs(with), with.options);
     ASSERT_TRUE(st.ok()) << st.message();
-    for (const TensorMember& m : tensor_members())
-      EXPECT_EQ((with.*m.member).raw(), (plain.*m.member).raw()) << mhc::isa_name(isa) << " " << m.name;
+    expect_same_bits(with, plain, isa);
     EXPECT_EQ(with.grad_alpha.numel(), 1);
   }
 }

@@ -248,6 +248,42 @@ def run_ours(inp, caches_style=None):
     return fwd, bwd
 
 
+# The strided views of the oracle suites: inputs, or the backward's incoming tensors.
+INPUT_STYLES = {"x": "reversed", "phi": "step", "alpha": "step", "bias": "step", "gamma": "reversed"}
+GRAD_STYLES = {"grad_h_in": "step", "grad_h_post": "reversed", "grad_h_res": "step",
+               "grad_x_post": "reversed", "inv_rms": "step", "h_mix": "reversed",
+               "h_pre": "step", "h_post": "step"}
+
+
+def run_ours_strided(inp, noncontig, fwd, bwd):
+    """run_ours on strided views of the inputs ("inputs") or of the backward's incoming
+    tensors ("grads"); ("none") the contiguous results fwd, bwd themselves."""
+    if noncontig == "inputs":
+        return run_ours(dict(inp, **{k: strided_copy(inp[k], s) for k, s in INPUT_STYLES.items()}))
+    if noncontig == "grads":
+        return run_ours(inp, caches_style=GRAD_STYLES)
+    return fwd, bwd
+
+
+def expanded(shape, dtype=None):
+    """A tensor of any dims in one element (stride 0): fp32 unless dtype says."""
+    import torch
+
+    return torch.zeros((), dtype=dtype or torch.float32).expand(shape)
+
+
+@pytest.fixture
+def allocations(monkeypatch):
+    """The shapes of the outputs the face allocates."""
+    import mhc
+
+    requested = []
+    real_empty = mhc._output_cache.cache.empty
+    monkeypatch.setattr(mhc._output_cache.cache, "empty",
+                        lambda shape, dtype: requested.append(tuple(shape)) or real_empty(shape, dtype))
+    return requested
+
+
 
 
 def compare_with_oracle(inp, outputs, case, norm_eps=1e-6, hc_eps=1e-6, also=()):

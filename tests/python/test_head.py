@@ -12,8 +12,8 @@ import torch
 
 import mhc
 from conftest import (BWD_NAMES, FWD_NAMES, LEAVES, assert_same_bits, assert_zero_grad_gamma,
-                      compare_with_oracle, leaves_of, make_inputs, run_ours, strided_copy,
-                      weighted_loss)
+                      compare_with_oracle, expanded, leaves_of, make_inputs, run_ours,
+                      run_ours_strided, weighted_loss)
 
 FAMILIES = ("amx", "avx512", "avx2", "portable", "reference")
 KEYS = ("N", "D", "T", "layout", "dtype", "gamma", "grad_x_post", "noncontig")
@@ -33,10 +33,6 @@ HEAD_CASES = [dict(zip(KEYS, values), form="head") for values in [
     (2, 512, 1, "BSND", "fp32", False, False, "grads"),
     (3, 7, 1, "BSND", "bf16", True, True, "grads"),
 ]]
-INPUT_STYLES = {"x": "reversed", "phi": "step", "alpha": "step", "bias": "step", "gamma": "reversed"}
-GRAD_STYLES = {"grad_h_in": "step", "grad_h_post": "reversed", "grad_h_res": "step",
-               "grad_x_post": "reversed", "inv_rms": "step", "h_mix": "reversed",
-               "h_pre": "step", "h_post": "step"}
 TOKEN_OUTPUTS = ("h_in", "inv_rms", "h_mix", "h_pre", "grad_x")
 SUMS = ("grad_phi", "grad_alpha", "grad_bias", "grad_gamma")
 
@@ -98,13 +94,7 @@ def test_head_against_float64_oracle(family, case):
     assert_same_bits("h_in", plain[0], fwd[0], "out_flag=0 vs out_flag=1")
 
     # Strided views give the very same bits.
-    if case["noncontig"] == "inputs":
-        strided = dict(inp, **{k: strided_copy(inp[k], s) for k, s in INPUT_STYLES.items()})
-        fwd2, bwd2 = run_ours(strided)
-    elif case["noncontig"] == "grads":
-        fwd2, bwd2 = run_ours(inp, caches_style=GRAD_STYLES)
-    else:
-        fwd2, bwd2 = fwd, bwd
+    fwd2, bwd2 = run_ours_strided(inp, case["noncontig"], fwd, bwd)
     for name, a, b in zip(FWD_NAMES + BWD_NAMES, fwd + bwd, fwd2 + bwd2):
         assert_same_bits(name, a, b, f"contiguous vs strided ({case['noncontig']})")
 
@@ -319,21 +309,9 @@ HEAD_TOO_LARGE = [
 ]
 
 
-@pytest.fixture
-def allocations(monkeypatch):
-    requested = []
-    real_empty = mhc._output_cache.cache.empty
-    monkeypatch.setattr(mhc._output_cache.cache, "empty",
-                        lambda shape, dtype: requested.append(tuple(shape)) or real_empty(shape, dtype))
-    return requested
-
-
 @pytest.mark.parametrize("x_dims, phi_dims, name", HEAD_TOO_LARGE, ids=lambda v: str(v).replace(" ", ""))
 @pytest.mark.parametrize("path", ["direct", "mhc_head", "backward"])
 def test_head_outputs_past_the_limit_are_value_errors(x_dims, phi_dims, name, path, allocations):
-    def expanded(shape, dtype=torch.float32):
-        return torch.zeros((), dtype=dtype).expand(shape)
-
     lead, (n, d), f = x_dims[:-2], x_dims[-2:], phi_dims[0]
     x, phi, alpha, bias = expanded(x_dims, torch.bfloat16), expanded(phi_dims), torch.rand(1), expanded((f,))
     with pytest.raises(ValueError) as info:

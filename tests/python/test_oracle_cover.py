@@ -12,7 +12,7 @@ import pytest
 
 import mhc
 from conftest import (BWD_NAMES, FWD_NAMES, QUICK, assert_same_bits, compare_with_oracle, fusion_size,
-                      make_inputs, run_ours, strided_copy)
+                      make_inputs, run_ours, run_ours_strided)
 
 FACTORS = {
     "N": [1, 2, 3, 4, 5, 6, 8],
@@ -135,12 +135,6 @@ def test_cover_is_pairwise_within_budget():
     print(f"\npairwise cover: {len(FULL_COVER)} cases, {len(every_pair)} pairs; running {len(CASES)}")
 
 
-INPUT_STYLES = {"x": "reversed", "phi": "step", "alpha": "step", "bias": "step", "gamma": "reversed"}
-GRAD_STYLES = {"grad_h_in": "step", "grad_h_post": "reversed", "grad_h_res": "step",
-               "grad_x_post": "reversed", "inv_rms": "step", "h_mix": "reversed",
-               "h_pre": "step", "h_post": "step"}
-
-
 @pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
 def test_case_against_float64_oracle(case):
     cid = case_id(case)
@@ -154,13 +148,7 @@ def test_case_against_float64_oracle(case):
         assert_same_bits(name, a, b, "out_flag=0 vs out_flag=1")
 
     # Strided views: as accurate, and (below) the very same bits as contiguous tensors.
-    if case["noncontig"] == "inputs":
-        strided = dict(inp, **{k: strided_copy(inp[k], s) for k, s in INPUT_STYLES.items()})
-        fwd2, bwd2 = run_ours(strided)
-    elif case["noncontig"] == "grads":
-        fwd2, bwd2 = run_ours(inp, caches_style=GRAD_STYLES)
-    else:
-        fwd2, bwd2 = fwd, bwd
+    fwd2, bwd2 = run_ours_strided(inp, case["noncontig"], fwd, bwd)
     also = [] if fwd2 is fwd else [(dict(zip(FWD_NAMES + BWD_NAMES, fwd2 + bwd2)), cid + "(strided)")]
     errs = compare_with_oracle(inp, dict(zip(FWD_NAMES + BWD_NAMES, fwd + bwd)), cid, also=also)
     print(f"\n{cid} err/bound (x terms bound): " + ", ".join(

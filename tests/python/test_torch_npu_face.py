@@ -8,7 +8,7 @@ import torch
 
 import mhc
 from conftest import (BWD_NAMES, ERROR_LOG, FWD_NAMES, TERMS_TOL, assert_same_bits,
-                      assert_zero_grad_gamma, check_output, compare_with_oracle, leaves_of,
+                      assert_zero_grad_gamma, check_output, compare_with_oracle, expanded, leaves_of,
                       make_inputs, ulp, weighted_loss)
 from oracle import forward64, hf32, magnitudes64
 
@@ -215,21 +215,6 @@ def test_inner_precise_1_through_autograd(form):
 
 # Sizes past the library's limit (2^44 elements): our ValueError naming the tensor,
 # before any output is allocated.
-
-def expanded(shape, dtype=torch.float32):
-    """A tensor of any dims in one element (stride 0)."""
-    return torch.zeros((), dtype=dtype).expand(shape)
-
-
-@pytest.fixture
-def allocations(monkeypatch):
-    """The shapes of the outputs the face allocates."""
-    requested = []
-    real_empty = mhc._output_cache.cache.empty
-    monkeypatch.setattr(mhc._output_cache.cache, "empty",
-                        lambda shape, dtype: requested.append(tuple(shape)) or real_empty(shape, dtype))
-    return requested
-
 
 N4_F, N64_F = 2 * 4 + 16, 2 * 64 + 64 * 64
 TOO_LARGE = [
