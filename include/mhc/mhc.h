@@ -1,4 +1,5 @@
 /* mhc C API: the stable ABI under the Python package and any other binding.
+ * The operators and their rules are those of the C++ face (mhc.hpp) and docs/SPEC.md.
  *
  * A tensor is a non-owning view: data pointer, dtype, rank, shape and strides
  * in elements. Optional tensors are passed as NULL. Every call returns one of
@@ -95,6 +96,40 @@ MHC_API int mhc_pre_backward(const mhc_tensor *x, const mhc_tensor *phi, const m
                              const mhc_tensor *grad_alpha, const mhc_tensor *grad_bias,
                              const mhc_tensor *grad_gamma /* required iff gamma given */,
                              const mhc_options *options /* nullable: defaults */);
+
+/* MhcSinkhorn (SPEC §10). norm_out, sum_out: both or neither (see mhc.hpp for their layout). */
+MHC_API int mhc_sinkhorn_forward(const mhc_tensor *z, double eps, int64_t num_iters, const mhc_tensor *h_res,
+                                 const mhc_tensor *norm_out /* nullable */, const mhc_tensor *sum_out /* nullable */,
+                                 const mhc_options *options /* nullable: defaults */);
+/* From the caches (z NULL), or from z alone with the forward's eps and num_iters (caches NULL). */
+MHC_API int mhc_sinkhorn_backward(const mhc_tensor *grad_h_res, const mhc_tensor *norm_out /* nullable */,
+                                  const mhc_tensor *sum_out /* nullable */, const mhc_tensor *z /* nullable */,
+                                  double eps, int64_t num_iters, const mhc_tensor *grad_z,
+                                  const mhc_options *options /* nullable: defaults */);
+/* MhcPost (SPEC §11); h_res NULL: the identity. */
+MHC_API int mhc_post_forward(const mhc_tensor *x, const mhc_tensor *h_res /* nullable */, const mhc_tensor *h_out,
+                             const mhc_tensor *h_post, const mhc_tensor *out,
+                             const mhc_options *options /* nullable: defaults */);
+/* grad_x in x's dtype or fp32; grad_h_res written whenever given. */
+MHC_API int mhc_post_backward(const mhc_tensor *grad_out, const mhc_tensor *x, const mhc_tensor *h_res /* nullable */,
+                              const mhc_tensor *h_out, const mhc_tensor *h_post, const mhc_tensor *grad_x,
+                              const mhc_tensor *grad_h_res /* nullable */, const mhc_tensor *grad_h_out,
+                              const mhc_tensor *grad_h_post, const mhc_options *options /* nullable: defaults */);
+/* MhcPreSinkhorn (SPEC §12); the five caches all or none; the Sinkhorn's eps is options->hc_eps. */
+MHC_API int mhc_pre_sinkhorn_forward(const mhc_tensor *x, const mhc_tensor *phi, const mhc_tensor *alpha,
+                                     const mhc_tensor *bias, int64_t num_iters, const mhc_tensor *h_in,
+                                     const mhc_tensor *h_post, const mhc_tensor *h_res,
+                                     const mhc_tensor *inv_rms, const mhc_tensor *h_mix, const mhc_tensor *h_pre,
+                                     const mhc_tensor *norm_out, const mhc_tensor *sum_out,
+                                     const mhc_options *options /* nullable: defaults */);
+MHC_API int mhc_pre_sinkhorn_backward(const mhc_tensor *grad_h_in, const mhc_tensor *grad_h_post,
+                                      const mhc_tensor *grad_h_res, const mhc_tensor *x, const mhc_tensor *phi,
+                                      const mhc_tensor *alpha, const mhc_tensor *bias, const mhc_tensor *h_pre,
+                                      const mhc_tensor *h_mix, const mhc_tensor *inv_rms,
+                                      const mhc_tensor *sum_out, const mhc_tensor *norm_out,
+                                      const mhc_tensor *grad_x, const mhc_tensor *grad_phi,
+                                      const mhc_tensor *grad_alpha, const mhc_tensor *grad_bias,
+                                      const mhc_options *options /* nullable: defaults */);
 
 /* The message and kind of the last failure on this thread ("" / NONE after success). */
 MHC_API const char *mhc_last_error(void);

@@ -1,4 +1,5 @@
-// mhc: the mHC pre-block operators (MhcPre, MhcPreBackward) on CPUs.
+// mhc: the operators of an mHC layer on CPUs: MhcPre, MhcSinkhorn, MhcPost, CANN's
+// fused MhcPreSinkhorn, and their backwards.
 //
 // The C++ face. Tensors are non-owning views (pointer, dtype, shape, strides in
 // elements). Functions return a Status; on any error no output is written and
@@ -146,6 +147,103 @@ struct PreBackwardOutputs {
 };
 MHC_API Status pre_backward(const PreBackwardInputs& in, const PreBackwardOutputs& out,
                     const Options& options = {});
+
+// MhcSinkhorn (SPEC §10): each token's z [N, N] onto the doubly stochastic matrices.
+// z is [B,S,N,N] or [T,N,N] fp32, any N >= 1. The caches, both or neither, are this
+// library's (only sinkhorn_backward reads them), contiguous fp32:
+//   norm_out [2I, .., N, P]: slot 0 the row softmax p, slot k the matrix after step k;
+//   sum_out  [2I, .., P]:    slot 0 the softmax's row sums, slot k step k's divisors;
+// ".." are z's token dims and P >= N a row pitch (the padding is written as 0):
+// P = 8*ceil(N/8) gives CANN's cache sizes, P = N the fused pair's shapes (SPEC §12).
+struct SinkhornForwardInputs {
+  TensorView z;            // fp32
+  double eps = 1e-6;       // used as fp32
+  int64_t num_iters = 20;  // I >= 1
+};
+struct SinkhornForwardOutputs {
+  TensorView h_res;                    // z's shape, fp32
+  std::optional<TensorView> norm_out;  // } both or
+  std::optional<TensorView> sum_out;   // } neither
+};
+MHC_API Status sinkhorn_forward(const SinkhornForwardInputs& in, const SinkhornForwardOutputs& out,
+                                const Options& options = {});
+
+// MhcSinkhornBackward (SPEC §10): from the forward's caches (I from their shapes), or
+// from z alone with the forward's eps and num_iters, recomputing the forward per
+// token; the two give the same bits.
+struct SinkhornBackwardInputs {
+  TensorView grad_h_res;               // z's shape, fp32
+  std::optional<TensorView> norm_out;  // } the forward's caches, or
+  std::optional<TensorView> sum_out;   // }
+  std::optional<TensorView> z;         // the forward's input (and eps, num_iters below)
+  double eps = 1e-6;
+  int64_t num_iters = 20;
+};
+struct SinkhornBackwardOutputs {
+  TensorView grad_z;  // z's shape, fp32
+};
+MHC_API Status sinkhorn_backward(const SinkhornBackwardInputs& in, const SinkhornBackwardOutputs& out,
+                                 const Options& options = {});
+
+// MhcPost (SPEC §11): out[j] = h_post[j] h_out + sum_i H[i, j] x[i] (H transposed),
+// or x[j] + h_post[j] h_out without h_res; fp32 in SPEC's order, no fused multiply-add.
+// x is [B,S,N,D] or [T,N,D]; the others follow its layout.
+struct PostForwardInputs {
+  TensorView x;                     // bf16 | fp16 | fp32
+  std::optional<TensorView> h_res;  // [.., N, N] fp32; absent = the identity
+  TensorView h_out;                 // [.., D], x's dtype
+  TensorView h_post;                // [.., N] fp32
+};
+struct PostForwardOutputs {
+  TensorView out;  // x's shape and dtype
+};
+MHC_API Status post_forward(const PostForwardInputs& in, const PostForwardOutputs& out,
+                            const Options& options = {});
+
+// MhcPostBackward (SPEC §11).
+struct PostBackwardInputs {
+  TensorView grad_out;              // x's shape and dtype
+  TensorView x;
+  std::optional<TensorView> h_res;  // [.., N, N] fp32; absent = the identity
+  TensorView h_out;                 // [.., D], x's dtype
+  TensorView h_post;                // [.., N] fp32
+};
+struct PostBackwardOutputs {
+  TensorView grad_x;                     // x's shape; x's dtype, or fp32 (to feed pre_backward's grad_x_post)
+  std::optional<TensorView> grad_h_res;  // [.., N, N] fp32; written whenever given, with or without h_res
+  TensorView grad_h_out;                 // [.., D], x's dtype
+  TensorView grad_h_post;                // [.., N] fp32
+};
+MHC_API Status post_backward(const PostBackwardInputs& in, const PostBackwardOutputs& out,
+                             const Options& options = {});
+
+// MhcPreSinkhorn (SPEC §12), CANN's fused pair: pre_forward without gamma, then
+// sinkhorn_forward on z_res with eps = options.hc_eps; the same bits as that chain.
+// Alpha has 3 entries; h_res is H.
+struct PreSinkhornForwardInputs {
+  TensorView x, phi, alpha, bias;
+  int64_t num_iters = 20;
+};
+struct PreSinkhornForwardOutputs {
+  TensorView h_in, h_post, h_res;  // h_res: [.., N, N] or [.., N*N]
+  // The backward's caches, all five or none: pre_forward's and sinkhorn_forward's.
+  std::optional<TensorView> inv_rms, h_mix, h_pre, norm_out, sum_out;
+};
+MHC_API Status pre_sinkhorn_forward(const PreSinkhornForwardInputs& in, const PreSinkhornForwardOutputs& out,
+                                    const Options& options = {});
+
+// Its backward: sinkhorn_backward from the caches, then pre_backward (no gamma, no
+// grad_x_post) with h_post recomputed from the caches as the forward formed it.
+struct PreSinkhornBackwardInputs {
+  TensorView grad_h_in, grad_h_post, grad_h_res;
+  TensorView x, phi, alpha, bias;
+  TensorView h_pre, h_mix, inv_rms, sum_out, norm_out;
+};
+struct PreSinkhornBackwardOutputs {
+  TensorView grad_x, grad_phi, grad_alpha, grad_bias;
+};
+MHC_API Status pre_sinkhorn_backward(const PreSinkhornBackwardInputs& in, const PreSinkhornBackwardOutputs& out,
+                                     const Options& options = {});
 
 // The process default family's name ("amx", "avx512", "avx2", "portable", "reference").
 MHC_API const char* isa();

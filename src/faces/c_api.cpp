@@ -121,6 +121,106 @@ int mhc_pre_backward(const mhc_tensor* x, const mhc_tensor* phi, const mhc_tenso
   });
 }
 
+int mhc_sinkhorn_forward(const mhc_tensor* z, double eps, int64_t num_iters, const mhc_tensor* h_res,
+                         const mhc_tensor* norm_out, const mhc_tensor* sum_out, const mhc_options* options) {
+  return guarded([&] {
+    const char* const names[] = {"z", "h_res"};
+    const mhc_tensor* const ptrs[] = {z, h_res};
+    if (const char* missing = first_null(names, ptrs))
+      return fail(MHC_ERR_NULLPTR, MHC_ERROR_NULL, std::string(missing) + ": required, got NULL");
+    const mhc::SinkhornForwardInputs in{to_view(*z), eps, num_iters};
+    const mhc::SinkhornForwardOutputs out{to_view(*h_res), optional_view(norm_out), optional_view(sum_out)};
+    return finish(mhc::sinkhorn_forward(in, out, to_options(options)));
+  });
+}
+
+int mhc_sinkhorn_backward(const mhc_tensor* grad_h_res, const mhc_tensor* norm_out, const mhc_tensor* sum_out,
+                          const mhc_tensor* z, double eps, int64_t num_iters, const mhc_tensor* grad_z,
+                          const mhc_options* options) {
+  return guarded([&] {
+    const char* const names[] = {"grad_h_res", "grad_z"};
+    const mhc_tensor* const ptrs[] = {grad_h_res, grad_z};
+    if (const char* missing = first_null(names, ptrs))
+      return fail(MHC_ERR_NULLPTR, MHC_ERROR_NULL, std::string(missing) + ": required, got NULL");
+    const mhc::SinkhornBackwardInputs in{to_view(*grad_h_res), optional_view(norm_out), optional_view(sum_out),
+                                         optional_view(z), eps, num_iters};
+    return finish(mhc::sinkhorn_backward(in, {to_view(*grad_z)}, to_options(options)));
+  });
+}
+
+int mhc_post_forward(const mhc_tensor* x, const mhc_tensor* h_res, const mhc_tensor* h_out, const mhc_tensor* h_post,
+                     const mhc_tensor* out, const mhc_options* options) {
+  return guarded([&] {
+    const char* const names[] = {"x", "h_out", "h_post", "out"};
+    const mhc_tensor* const ptrs[] = {x, h_out, h_post, out};
+    if (const char* missing = first_null(names, ptrs))
+      return fail(MHC_ERR_NULLPTR, MHC_ERROR_NULL, std::string(missing) + ": required, got NULL");
+    const mhc::PostForwardInputs in{to_view(*x), optional_view(h_res), to_view(*h_out), to_view(*h_post)};
+    return finish(mhc::post_forward(in, {to_view(*out)}, to_options(options)));
+  });
+}
+
+int mhc_post_backward(const mhc_tensor* grad_out, const mhc_tensor* x, const mhc_tensor* h_res,
+                      const mhc_tensor* h_out, const mhc_tensor* h_post, const mhc_tensor* grad_x,
+                      const mhc_tensor* grad_h_res, const mhc_tensor* grad_h_out, const mhc_tensor* grad_h_post,
+                      const mhc_options* options) {
+  return guarded([&] {
+    const char* const names[] = {"grad_out", "x", "h_out", "h_post", "grad_x", "grad_h_out", "grad_h_post"};
+    const mhc_tensor* const ptrs[] = {grad_out, x, h_out, h_post, grad_x, grad_h_out, grad_h_post};
+    if (const char* missing = first_null(names, ptrs))
+      return fail(MHC_ERR_NULLPTR, MHC_ERROR_NULL, std::string(missing) + ": required, got NULL");
+    const mhc::PostBackwardInputs in{to_view(*grad_out), to_view(*x), optional_view(h_res), to_view(*h_out),
+                                     to_view(*h_post)};
+    const mhc::PostBackwardOutputs out{to_view(*grad_x), optional_view(grad_h_res), to_view(*grad_h_out),
+                                       to_view(*grad_h_post)};
+    return finish(mhc::post_backward(in, out, to_options(options)));
+  });
+}
+
+int mhc_pre_sinkhorn_forward(const mhc_tensor* x, const mhc_tensor* phi, const mhc_tensor* alpha,
+                             const mhc_tensor* bias, int64_t num_iters, const mhc_tensor* h_in,
+                             const mhc_tensor* h_post, const mhc_tensor* h_res, const mhc_tensor* inv_rms,
+                             const mhc_tensor* h_mix, const mhc_tensor* h_pre, const mhc_tensor* norm_out,
+                             const mhc_tensor* sum_out, const mhc_options* options) {
+  return guarded([&] {
+    const char* const names[] = {"x", "phi", "alpha", "bias", "h_in", "h_post", "h_res"};
+    const mhc_tensor* const ptrs[] = {x, phi, alpha, bias, h_in, h_post, h_res};
+    if (const char* missing = first_null(names, ptrs))
+      return fail(MHC_ERR_NULLPTR, MHC_ERROR_NULL, std::string(missing) + ": required, got NULL");
+    const mhc::PreSinkhornForwardInputs in{to_view(*x), to_view(*phi), to_view(*alpha), to_view(*bias), num_iters};
+    const mhc::PreSinkhornForwardOutputs out{to_view(*h_in),         to_view(*h_post),       to_view(*h_res),
+                                             optional_view(inv_rms), optional_view(h_mix),   optional_view(h_pre),
+                                             optional_view(norm_out), optional_view(sum_out)};
+    return finish(mhc::pre_sinkhorn_forward(in, out, to_options(options)));
+  });
+}
+
+int mhc_pre_sinkhorn_backward(const mhc_tensor* grad_h_in, const mhc_tensor* grad_h_post,
+                              const mhc_tensor* grad_h_res, const mhc_tensor* x, const mhc_tensor* phi,
+                              const mhc_tensor* alpha, const mhc_tensor* bias, const mhc_tensor* h_pre,
+                              const mhc_tensor* h_mix, const mhc_tensor* inv_rms, const mhc_tensor* sum_out,
+                              const mhc_tensor* norm_out, const mhc_tensor* grad_x, const mhc_tensor* grad_phi,
+                              const mhc_tensor* grad_alpha, const mhc_tensor* grad_bias, const mhc_options* options) {
+  return guarded([&] {
+    const char* const names[] = {"grad_h_in", "grad_h_post", "grad_h_res", "x",        "phi",
+                                 "alpha",     "bias",        "h_pre",      "h_mix",    "inv_rms",
+                                 "sum_out",   "norm_out",    "grad_x",     "grad_phi", "grad_alpha",
+                                 "grad_bias"};
+    const mhc_tensor* const ptrs[] = {grad_h_in, grad_h_post, grad_h_res, x,        phi,        alpha,
+                                      bias,      h_pre,       h_mix,      inv_rms,  sum_out,    norm_out,
+                                      grad_x,    grad_phi,    grad_alpha, grad_bias};
+    if (const char* missing = first_null(names, ptrs))
+      return fail(MHC_ERR_NULLPTR, MHC_ERROR_NULL, std::string(missing) + ": required, got NULL");
+    const mhc::PreSinkhornBackwardInputs in{to_view(*grad_h_in), to_view(*grad_h_post), to_view(*grad_h_res),
+                                            to_view(*x),         to_view(*phi),         to_view(*alpha),
+                                            to_view(*bias),      to_view(*h_pre),       to_view(*h_mix),
+                                            to_view(*inv_rms),   to_view(*sum_out),     to_view(*norm_out)};
+    const mhc::PreSinkhornBackwardOutputs out{to_view(*grad_x), to_view(*grad_phi), to_view(*grad_alpha),
+                                              to_view(*grad_bias)};
+    return finish(mhc::pre_sinkhorn_backward(in, out, to_options(options)));
+  });
+}
+
 const char* mhc_last_error(void) { return last_error.c_str(); }
 int mhc_last_error_kind(void) { return last_error_kind; }
 const char* mhc_isa(void) { return mhc::isa(); }

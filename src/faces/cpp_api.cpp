@@ -7,7 +7,10 @@
 #include "mhc/mhc.hpp"
 #include "ops/isa.hpp"
 #include "ops/pre_backward/pre_backward.hpp"
+#include "ops/post/post.hpp"
 #include "ops/pre_forward/pre_forward.hpp"
+#include "ops/pre_sinkhorn/pre_sinkhorn.hpp"
+#include "ops/sinkhorn/sinkhorn.hpp"
 
 namespace mhc {
 
@@ -70,6 +73,57 @@ Status pre_backward(const PreBackwardInputs& in, const PreBackwardOutputs& out,
     core::BackwardProblem problem;
     if (Status s = ops::pre_backward::validate(in, out, options, &problem); !s.ok()) return s;
     return ops::pre_backward::run_in_thread_workspace(problem, options.num_threads);
+  });
+}
+
+Status sinkhorn_forward(const SinkhornForwardInputs& in, const SinkhornForwardOutputs& out, const Options& options) {
+  return no_throw([&] {
+    core::SinkhornProblem problem;
+    if (Status s = ops::sinkhorn::validate_forward(in, out, options, &problem); !s.ok()) return s;
+    return ops::sinkhorn::run_forward_in_thread_workspace(problem, options.num_threads);
+  });
+}
+
+Status sinkhorn_backward(const SinkhornBackwardInputs& in, const SinkhornBackwardOutputs& out,
+                         const Options& options) {
+  return no_throw([&] {
+    core::SinkhornProblem problem;
+    if (Status s = ops::sinkhorn::validate_backward(in, out, options, &problem); !s.ok()) return s;
+    return ops::sinkhorn::run_backward_in_thread_workspace(problem, options.num_threads);
+  });
+}
+
+Status post_forward(const PostForwardInputs& in, const PostForwardOutputs& out, const Options& options) {
+  return no_throw([&] {
+    core::PostProblem problem;
+    if (Status s = ops::post::validate_forward(in, out, options, &problem); !s.ok()) return s;
+    return ops::post::run_forward_in_thread_workspace(problem, options.num_threads);
+  });
+}
+
+Status post_backward(const PostBackwardInputs& in, const PostBackwardOutputs& out, const Options& options) {
+  return no_throw([&] {
+    core::PostProblem problem;
+    if (Status s = ops::post::validate_backward(in, out, options, &problem); !s.ok()) return s;
+    return ops::post::run_backward_in_thread_workspace(problem, options.num_threads);
+  });
+}
+
+Status pre_sinkhorn_forward(const PreSinkhornForwardInputs& in, const PreSinkhornForwardOutputs& out,
+                            const Options& options) {
+  return no_throw([&] {
+    ops::pre_sinkhorn::ForwardProblem problem;
+    if (Status s = ops::pre_sinkhorn::validate_forward(in, out, options, &problem); !s.ok()) return s;
+    return ops::pre_sinkhorn::run_forward_in_thread_workspace(problem, options.num_threads);
+  });
+}
+
+Status pre_sinkhorn_backward(const PreSinkhornBackwardInputs& in, const PreSinkhornBackwardOutputs& out,
+                             const Options& options) {
+  return no_throw([&] {
+    ops::pre_sinkhorn::BackwardProblem problem;
+    if (Status s = ops::pre_sinkhorn::validate_backward(in, out, options, &problem); !s.ok()) return s;
+    return ops::pre_sinkhorn::run_backward_in_thread_workspace(problem, options.num_threads);
   });
 }
 

@@ -17,11 +17,13 @@ std::span<const Implementation> build() {
 #if defined(MHC_WITH_AMX)
     {.isa = Isa::amx,
      .name = "amx",
-     .applies_to = "x86-64 with AVX-512 and AMX-BF16 tiles granted by the OS; the forward's F x K product "
+     .applies_to = "x86-64 with AVX-512 and AMX-BF16 tiles granted by the OS; MhcPre's F x K product "
                    "on tiles for bf16 and fp16 x, everything else the avx512 kernels",
      .available = amx::tiles_usable,
      .pre_forward = &amx::kPreForward,
      .pre_backward = simd::pre_backward(Isa::avx512),
+     .sinkhorn = simd::sinkhorn(Isa::avx512),
+     .post = simd::post(Isa::avx512),
      .pre_forward_base = simd::pre_forward(Isa::avx512)},
 #endif
 #if defined(MHC_WITH_SIMD)
@@ -30,26 +32,35 @@ std::span<const Implementation> build() {
      .applies_to = "x86-64 with AVX-512 (F, BW, DQ, VL): Highway's AVX3 target",
      .available = avx512_runs,
      .pre_forward = simd::pre_forward(Isa::avx512),
-     .pre_backward = simd::pre_backward(Isa::avx512)},
+     .pre_backward = simd::pre_backward(Isa::avx512),
+     .sinkhorn = simd::sinkhorn(Isa::avx512),
+     .post = simd::post(Isa::avx512)},
     {.isa = Isa::avx2,
      .name = "avx2",
      .applies_to = "x86-64 with AVX2, FMA and F16C: Highway's AVX2 target",
      .available = avx2_runs,
      .pre_forward = simd::pre_forward(Isa::avx2),
-     .pre_backward = simd::pre_backward(Isa::avx2)},
+     .pre_backward = simd::pre_backward(Isa::avx2),
+     .sinkhorn = simd::sinkhorn(Isa::avx2),
+     .post = simd::post(Isa::avx2)},
 #endif
     {.isa = Isa::portable,
      .name = "portable",
      .applies_to = "any CPU: plain C++ in fp32",
      .available = always,
      .pre_forward = &portable::kPreForward,
-     .pre_backward = &portable::kPreBackward},
+     .pre_backward = &portable::kPreBackward,
+     .sinkhorn = &reference::kSinkhorn,  // SPEC fixes their fp32 steps: the reference's loops are plain C++
+     .post = &reference::kPost},
     {.isa = Isa::reference,
      .name = "reference",
-     .applies_to = "any CPU: SPEC in float64, one thread for the backward (the oracle, not for speed)",
+     .applies_to = "any CPU: MhcPre in float64, one thread for its backward (the oracle, not for speed); MhcSinkhorn and "
+                   "MhcPost in SPEC's fp32 steps, one element at a time",
      .available = always,
      .pre_forward = &reference::kPreForward,
-     .pre_backward = &reference::kPreBackward},
+     .pre_backward = &reference::kPreBackward,
+     .sinkhorn = &reference::kSinkhorn,
+     .post = &reference::kPost},
   };
   return kImplementations;
 }

@@ -21,6 +21,8 @@ struct Implementation {
   bool (*available)();     // this build and CPU (and OS) run it
   const PreForwardKernels* pre_forward;
   const PreBackwardKernels* pre_backward;
+  const SinkhornKernels* sinkhorn;
+  const PostKernels* post;
   // The tables pre_forward is built on (nullptr: none): they run the calls it
   // does not apply to and finish its items.
   const PreForwardKernels* pre_forward_base = nullptr;

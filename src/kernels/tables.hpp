@@ -3,7 +3,9 @@
 #pragma once
 
 #include "kernels/pre_backward.hpp"
+#include "kernels/post.hpp"
 #include "kernels/pre_forward.hpp"
+#include "kernels/sinkhorn.hpp"
 #include "mhc/mhc.hpp"
 
 namespace mhc::kernels {
@@ -15,10 +17,14 @@ extern const PreBackwardKernels kPreBackward;
 namespace reference {
 extern const PreForwardKernels kPreForward;
 extern const PreBackwardKernels kPreBackward;
+extern const SinkhornKernels kSinkhorn;  // SPEC's fp32 steps, one token at a time
+extern const PostKernels kPost;
 }  // namespace reference
 namespace simd {
 const PreForwardKernels* pre_forward(Isa isa);    // avx512 or avx2
 const PreBackwardKernels* pre_backward(Isa isa);
+const SinkhornKernels* sinkhorn(Isa isa);
+const PostKernels* post(Isa isa);
 bool runs(Isa isa);                               // this CPU runs that Highway target
 }  // namespace simd
 namespace amx {

@@ -19,21 +19,14 @@ int64_t factorial_saturated(int64_t n) {
   return f;
 }
 
-// The largest operand size the operators take: 2^44 elements (64 TiB of fp32),
-// beyond any machine's memory. The products of the problem's sizes that size
-// operands and workspaces (T*K, F*K, T*F) are held to it here, so that no later
-// size computation can overflow 64 bits: an input broadcast with stride 0, or an
-// empty batch, describes any dims in a few bytes.
-constexpr int64_t kMaxOperandElements = MHC_MAX_ELEMENTS;
+}  // namespace
+
 static_assert(kMaxOperandElements == int64_t(1) << 44, "kMaxOperandText says 2^44");
 const char* const kMaxOperandText = "2^44 elements, more than any machine's memory";
 
-// *product = a * b, false if that overflows or exceeds kMaxOperandElements.
 bool within_limit(int64_t a, int64_t b, int64_t* product) {
   return !__builtin_mul_overflow(a, b, product) && *product <= kMaxOperandElements;
 }
-
-}  // namespace
 
 ShapeOption TokenSpace::shape(std::initializer_list<const char*> names, std::vector<int64_t> inner) const {
   std::vector<int64_t> dims_v;

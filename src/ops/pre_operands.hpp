@@ -18,6 +18,16 @@ namespace mhc::ops {
     if (!status_.ok()) return status_;     \
   } while (0)
 
+// The largest operand size the operators take: 2^44 elements (64 TiB of fp32),
+// beyond any machine's memory. The products of the problem's sizes that size
+// operands and workspaces are held to it, so that no later size computation can
+// overflow 64 bits: an input broadcast with stride 0, or an empty batch,
+// describes any dims in a few bytes.
+inline constexpr int64_t kMaxOperandElements = MHC_MAX_ELEMENTS;
+extern const char* const kMaxOperandText;
+// *product = a * b, false if that overflows or exceeds kMaxOperandElements.
+bool within_limit(int64_t a, int64_t b, int64_t* product);
+
 // What x tells: layout, B, S, T, N, D, dtype.
 struct TokenSpace {
   core::Dims dims;

@@ -1,0 +1,30 @@
+// MhcPost and MhcPostBackward (SPEC §11) for the faces: validate into a problem
+// descriptor, size the workspace, run (the two-phase shape of pre_forward.hpp).
+#pragma once
+
+#include <cstddef>
+
+#include "core/post_problem.hpp"
+#include "mhc/mhc.hpp"
+
+namespace mhc::ops::post {
+
+// What a face asks of validation besides SPEC's tensors.
+struct Rules {
+  bool fp32_grad_x = true;  // grad_x may be fp32 (the aclnn face keeps CANN's: x's dtype)
+};
+
+Status validate_forward(const PostForwardInputs& in, const PostForwardOutputs& out, const Options& options,
+                        core::PostProblem* problem);
+Status validate_backward(const PostBackwardInputs& in, const PostBackwardOutputs& out, const Options& options,
+                         core::PostProblem* problem, const Rules& rules = {});
+
+size_t forward_workspace_bytes(const core::PostProblem& problem, int num_threads = 0);
+size_t backward_workspace_bytes(const core::PostProblem& problem, int num_threads = 0);
+Status run_forward(const core::PostProblem& problem, void* workspace, size_t bytes, int num_threads);
+Status run_backward(const core::PostProblem& problem, void* workspace, size_t bytes, int num_threads);
+
+Status run_forward_in_thread_workspace(const core::PostProblem& problem, int num_threads);
+Status run_backward_in_thread_workspace(const core::PostProblem& problem, int num_threads);
+
+}  // namespace mhc::ops::post

@@ -1,0 +1,201 @@
+// MhcPreSinkhorn and its backward (SPEC §12): the validation of the fused
+// arguments into the two unfused problems, and their runs one after the other
+// over buffers in the workspace: z_res (forward), grad_z and h_post (backward).
+#include <algorithm>
+#include <vector>
+
+#include "kernels/common/token_math.hpp"
+#include "ops/call_resources.hpp"
+#include "ops/pre_backward/pre_backward.hpp"
+#include "ops/pre_forward/pre_forward.hpp"
+#include "ops/pre_operands.hpp"
+#include "ops/pre_sinkhorn/pre_sinkhorn.hpp"
+#include "ops/sinkhorn/sinkhorn.hpp"
+
+namespace mhc::ops::pre_sinkhorn {
+namespace {
+
+// A flat [.., N*N] view as [.., N, N] (the Sinkhorn's form); [.., N, N] as it is.
+TensorView as_matrices(const TensorView& v, int64_t N, int token_dims) {
+  if (v.rank != token_dims + 1 || v.rank + 1 > kMaxRank) return v;
+  TensorView m = v;
+  m.rank = v.rank + 1;
+  m.shape[v.rank - 1] = N;
+  m.shape[v.rank] = N;
+  m.strides[v.rank - 1] = v.strides[v.rank - 1] * N;
+  m.strides[v.rank] = v.strides[v.rank - 1];
+  return m;
+}
+
+// The same dims, contiguous, at `data` (a workspace buffer).
+core::Strided contiguous_like(const core::Strided& s, void* data) {
+  core::Strided c = s;
+  c.data = data;
+  int64_t stride = 1;
+  for (int i = 3; i >= 0; --i) {
+    c.stride[i] = c.shape[i] > 1 ? stride : 0;
+    stride *= c.shape[i];
+  }
+  return c;
+}
+
+Status three_entries(const core::Dims& d, const TensorView& alpha) {
+  if (d.alpha_entries() != 3)
+    return shape_error("alpha", "[3] (the fused pair has the residual branch)", alpha);
+  return {};
+}
+
+// A non-null address that stands for a workspace buffer while sizing (layouts,
+// not addresses, decide the workspace).
+void* const kSizingAddress = reinterpret_cast<void*>(uintptr_t(64));
+
+size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+struct ForwardLayout {
+  size_t z_bytes, rest;
+};
+ForwardLayout forward_layout(const ForwardProblem& problem, int num_threads) {
+  ForwardProblem sized = problem;
+  sized.pre.h_res = contiguous_like(problem.pre.h_res, kSizingAddress);
+  sized.sinkhorn.z = contiguous_like(problem.sinkhorn.z, kSizingAddress);
+  const size_t z_bytes = aligned(size_t(problem.pre.dims.T * problem.pre.dims.R) * sizeof(float));
+  return {z_bytes, std::max(pre_forward::workspace_bytes(sized.pre, num_threads),
+                            sinkhorn::forward_workspace_bytes(sized.sinkhorn, num_threads))};
+}
+
+struct BackwardLayout {
+  size_t grad_z_bytes, h_post_bytes, rest;
+};
+BackwardLayout backward_layout(const BackwardProblem& problem, int num_threads) {
+  BackwardProblem sized = problem;
+  sized.sinkhorn.grad_z = contiguous_like(problem.sinkhorn.grad_z, kSizingAddress);
+  sized.pre.grad_h_res = contiguous_like(problem.pre.grad_h_res, kSizingAddress);
+  sized.pre.h_post = contiguous_like(problem.pre.h_post, kSizingAddress);
+  const core::Dims& d = problem.pre.dims;
+  return {aligned(size_t(d.T * d.R) * sizeof(float)), aligned(size_t(d.T * d.N) * sizeof(float)),
+          std::max(sinkhorn::backward_workspace_bytes(sized.sinkhorn, num_threads),
+                   pre_backward::workspace_bytes(sized.pre, num_threads))};
+}
+
+}  // namespace
+
+Status validate_forward(const PreSinkhornForwardInputs& in, const PreSinkhornForwardOutputs& out,
+                        const Options& options, ForwardProblem* p, const Rules& rules) {
+  const int caches = int(bool(out.inv_rms)) + int(bool(out.h_mix)) + int(bool(out.h_pre)) + int(bool(out.norm_out)) +
+                     int(bool(out.sum_out));
+  if (caches != 0 && caches != 5) {
+    const char* missing = !out.inv_rms ? "inv_rms" : !out.h_mix ? "h_mix" : !out.h_pre ? "h_pre"
+                          : !out.norm_out ? "norm_out" : "sum_out";
+    return null_error(missing,
+                      "the caches inv_rms, h_mix, h_pre, norm_out, sum_out come all five or none; this one is missing");
+  }
+  ForwardProblem problem;
+  const PreForwardInputs pre_in{in.x, in.phi, in.alpha, in.bias, std::nullopt};
+  const PreForwardOutputs pre_out{out.h_in, out.h_post, out.h_res, out.inv_rms, out.h_mix,
+                                  out.h_pre};
+  MHC_RETURN_IF_ERROR(pre_forward::validate(pre_in, pre_out, options, &problem.pre, {.eps_values = rules.eps_values}));
+  const core::Dims& d = problem.pre.dims;
+  MHC_RETURN_IF_ERROR(three_entries(d, in.alpha));
+  const int token_dims = d.bsnd ? 2 : 1;
+  const TensorView h_res = as_matrices(out.h_res, d.N, token_dims);
+  const SinkhornForwardInputs sinkhorn_in{h_res, options.hc_eps, in.num_iters};
+  const SinkhornForwardOutputs sinkhorn_out{h_res, out.norm_out, out.sum_out};
+  MHC_RETURN_IF_ERROR(sinkhorn::validate_forward(sinkhorn_in, sinkhorn_out, options, &problem.sinkhorn,
+                                                 {.eps_values = rules.eps_values, .driver_buffer = true}));
+  if (caches == 5) {  // the Sinkhorn's caches against everything else of the call
+    std::vector<Named> inputs = {{"x", &in.x}, {"phi", &in.phi}, {"alpha", &in.alpha}, {"bias", &in.bias}};
+    std::vector<Named> outputs = {{"h_in", &out.h_in},         {"h_post", &out.h_post}, {"h_res", &out.h_res},
+                                  {"inv_rms", &*out.inv_rms}, {"h_mix", &*out.h_mix},  {"h_pre", &*out.h_pre},
+                                  {"norm_out", &*out.norm_out}, {"sum_out", &*out.sum_out}};
+    MHC_RETURN_IF_ERROR(check_outputs_disjoint(inputs, outputs, nullptr, nullptr));
+  }
+  *p = problem;
+  return {};
+}
+
+Status validate_backward(const PreSinkhornBackwardInputs& in, const PreSinkhornBackwardOutputs& out,
+                         const Options& options, BackwardProblem* p, const Rules& rules) {
+  BackwardProblem problem;
+  // h_post is recomputed into the workspace: grad_h_post's view stands for its shape.
+  const PreBackwardInputs pre_in{in.x,       in.phi,    in.alpha, in.grad_h_in, in.grad_h_post, in.grad_h_res,
+                                 in.inv_rms, in.h_mix,  in.h_pre, in.grad_h_post, std::nullopt, std::nullopt};
+  const PreBackwardOutputs pre_out{out.grad_x, out.grad_phi, out.grad_alpha, out.grad_bias, std::nullopt};
+  MHC_RETURN_IF_ERROR(pre_backward::validate(pre_in, pre_out, options, &problem.pre, {.eps_values = rules.eps_values}));
+  const core::Dims& d = problem.pre.dims;
+  MHC_RETURN_IF_ERROR(three_entries(d, in.alpha));
+  MHC_RETURN_IF_ERROR(check_fp32("bias", in.bias, {{{d.F}, label({"F"}, {d.F})}}));
+  const int token_dims = d.bsnd ? 2 : 1;
+  const TensorView grad_h_res = as_matrices(in.grad_h_res, d.N, token_dims);
+  const SinkhornBackwardInputs sinkhorn_in{grad_h_res, in.norm_out, in.sum_out, std::nullopt};
+  const SinkhornBackwardOutputs sinkhorn_out{grad_h_res};
+  MHC_RETURN_IF_ERROR(sinkhorn::validate_backward(sinkhorn_in, sinkhorn_out, options, &problem.sinkhorn,
+                                                  {.eps_values = rules.eps_values, .driver_buffer = true}));
+  const std::vector<Named> inputs = {{"bias", &in.bias}, {"sum_out", &in.sum_out}, {"norm_out", &in.norm_out}};
+  const std::vector<Named> outputs = {{"grad_x", &out.grad_x}, {"grad_phi", &out.grad_phi},
+                                      {"grad_alpha", &out.grad_alpha}, {"grad_bias", &out.grad_bias}};
+  MHC_RETURN_IF_ERROR(check_outputs_disjoint(inputs, outputs, nullptr, nullptr));
+  problem.bias = resolve_plain_tensor(in.bias);
+  *p = problem;
+  return {};
+}
+
+size_t forward_workspace_bytes(const ForwardProblem& problem, int num_threads) {
+  const ForwardLayout l = forward_layout(problem, num_threads);
+  return l.z_bytes + l.rest;
+}
+
+size_t backward_workspace_bytes(const BackwardProblem& problem, int num_threads) {
+  const BackwardLayout l = backward_layout(problem, num_threads);
+  return l.grad_z_bytes + l.h_post_bytes + l.rest;
+}
+
+Status run_forward(const ForwardProblem& original, void* workspace, size_t bytes, int num_threads) {
+  const ForwardLayout l = forward_layout(original, num_threads);
+  if (Status s = workspace_error(l.z_bytes + l.rest, bytes, workspace); !s.ok()) return s;
+  if (original.pre.dims.T == 0) return {};
+  char* base = static_cast<char*>(workspace);
+  ForwardProblem p = original;
+  p.pre.h_res = contiguous_like(original.pre.h_res, base);
+  p.sinkhorn.z = contiguous_like(original.sinkhorn.z, base);
+  MHC_RETURN_IF_ERROR(pre_forward::run(p.pre, base + l.z_bytes, l.rest, num_threads));
+  return sinkhorn::run_forward(p.sinkhorn, base + l.z_bytes, l.rest, num_threads);
+}
+
+Status run_backward(const BackwardProblem& original, void* workspace, size_t bytes, int num_threads) {
+  const BackwardLayout l = backward_layout(original, num_threads);
+  if (Status s = workspace_error(l.grad_z_bytes + l.h_post_bytes + l.rest, bytes, workspace); !s.ok()) return s;
+  const core::Dims& d = original.pre.dims;
+  if (d.T == 0) return {};
+  char* base = static_cast<char*>(workspace);
+  BackwardProblem p = original;
+  p.sinkhorn.grad_z = contiguous_like(original.sinkhorn.grad_z, base);
+  p.pre.grad_h_res = contiguous_like(original.pre.grad_h_res, base);
+  p.pre.h_post = contiguous_like(original.pre.h_post, base + l.grad_z_bytes);
+  char* rest = base + l.grad_z_bytes + l.h_post_bytes;
+  MHC_RETURN_IF_ERROR(sinkhorn::run_backward(p.sinkhorn, rest, l.rest, num_threads));
+  // h_post = 2 sigma(alpha_post (r m) + bias) from the caches, as the fp32 families' forward forms it.
+  const float alpha_post = p.pre.alpha.load(p.pre.alpha.at(0, 1));
+  for (int64_t t = 0; t < d.T; ++t) {
+    const float r = p.pre.inv_rms.load(p.pre.inv_rms.token_offset(t));
+    for (int64_t n = 0; n < d.N; ++n) {
+      const float m = p.pre.h_mix.load(p.pre.h_mix.at(t, 0, d.N + n));
+      const float z_post = alpha_post * (r * m) + p.bias.load(p.bias.at(0, d.N + n));
+      p.pre.h_post.store(p.pre.h_post.at(t, 0, n), 2.0f * kernels::common::sigmoid(z_post));
+    }
+  }
+  return pre_backward::run(p.pre, rest, l.rest, num_threads);
+}
+
+Status run_forward_in_thread_workspace(const ForwardProblem& problem, int num_threads) {
+  return in_thread_workspace(forward_workspace_bytes(problem, num_threads), [&](void* workspace, size_t bytes) {
+    return run_forward(problem, workspace, bytes, num_threads);
+  });
+}
+
+Status run_backward_in_thread_workspace(const BackwardProblem& problem, int num_threads) {
+  return in_thread_workspace(backward_workspace_bytes(problem, num_threads), [&](void* workspace, size_t bytes) {
+    return run_backward(problem, workspace, bytes, num_threads);
+  });
+}
+
+}  // namespace mhc::ops::pre_sinkhorn

@@ -1,0 +1,45 @@
+// MhcPreSinkhorn and its backward (SPEC §12), CANN's fused pair, as the
+// composition of the unfused drivers: the same bits as the chain. The faces
+// validate, size the workspace and run as for the other operators.
+#pragma once
+
+#include <cstddef>
+
+#include "core/problem.hpp"
+#include "core/sinkhorn_problem.hpp"
+#include "mhc/mhc.hpp"
+
+namespace mhc::ops::pre_sinkhorn {
+
+struct Rules {
+  bool eps_values = true;  // norm_eps and hc_eps finite and >= 0 (the aclnn face: CANN checks none)
+};
+
+// pre_forward writes z_res into the workspace; sinkhorn_forward reads it there.
+struct ForwardProblem {
+  core::ForwardProblem pre;
+  core::SinkhornProblem sinkhorn;
+};
+// sinkhorn_backward writes grad_z into the workspace, h_post is recomputed there
+// from the caches; pre_backward reads both.
+struct BackwardProblem {
+  core::SinkhornProblem sinkhorn;
+  core::BackwardProblem pre;
+  core::Strided bias;  // [F], for h_post
+  float norm_eps = 0.0f;
+};
+
+Status validate_forward(const PreSinkhornForwardInputs& in, const PreSinkhornForwardOutputs& out,
+                        const Options& options, ForwardProblem* problem, const Rules& rules = {});
+Status validate_backward(const PreSinkhornBackwardInputs& in, const PreSinkhornBackwardOutputs& out,
+                         const Options& options, BackwardProblem* problem, const Rules& rules = {});
+
+size_t forward_workspace_bytes(const ForwardProblem& problem, int num_threads = 0);
+size_t backward_workspace_bytes(const BackwardProblem& problem, int num_threads = 0);
+Status run_forward(const ForwardProblem& problem, void* workspace, size_t bytes, int num_threads);
+Status run_backward(const BackwardProblem& problem, void* workspace, size_t bytes, int num_threads);
+
+Status run_forward_in_thread_workspace(const ForwardProblem& problem, int num_threads);
+Status run_backward_in_thread_workspace(const BackwardProblem& problem, int num_threads);
+
+}  // namespace mhc::ops::pre_sinkhorn
