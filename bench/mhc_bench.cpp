@@ -4,7 +4,9 @@
 // operator: time, GB/s, GFLOP/s, the roofline bound and the fraction of it
 // reached, the 1-thread vs n-thread speed-up, and the extra memory of a call.
 //
-//   mhc-bench [--json PATH] [--shapes a,b,c,d,e] [--runs N] [--threads N]
+// Then the layer operators (layer_cases.hpp) in a second table.
+//
+//   mhc-bench [--json PATH] [--shapes a,b,c,d,e,post,sinkhorn] [--runs N] [--threads N]
 //             [--min-seconds S] [--stream-mib M]
 #include <algorithm>
 #include <chrono>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "json_writer.hpp"
+#include "layer_cases.hpp"
 #include "machine_probes.hpp"
 #include "memory_meter.hpp"
 #include "mhc/mhc.hpp"
@@ -29,7 +32,7 @@ namespace {
 
 struct CommandLine {
   std::string json_path = "bench-results.json";
-  std::vector<std::string> shapes{"a", "b", "c", "d", "e"};
+  std::vector<std::string> shapes{"a", "b", "c", "d", "e", "post", "sinkhorn"};
   int runs = 5;
   int threads = 0;           // 0: hardware threads
   double min_seconds = 0.5;  // keep timing small cases until this much time is spent
@@ -39,11 +42,12 @@ struct CommandLine {
 [[noreturn]] void usage(const char* error) {
   if (error) std::fprintf(stderr, "mhc-bench: %s\n", error);
   std::fprintf(stderr,
-               "usage: mhc-bench [--json PATH] [--shapes a,b,c,d,e] [--runs N] [--threads N]\n"
+               "usage: mhc-bench [--json PATH] [--shapes a,b,c,d,e,post,sinkhorn] [--runs N] [--threads N]\n"
                "                 [--min-seconds S] [--stream-mib M]\n"
                "  shapes: a T=4096 N=4 D=4096 bf16 | b T=16384 N=4 D=7168 bf16 |\n"
                "          c T=2048 N=8 D=2048 fp16 (no gamma) | d T=1024 N=4 D=512 bf16 |\n"
-               "          e T=1 N=4 D=7168 bf16 (forward only)\n");
+               "          e T=1 N=4 D=7168 bf16 (forward only) |\n"
+               "          post MhcPost T=4096 N=4 D=4096 bf16 | sinkhorn MhcSinkhorn T=65536 N=4 20 iterations\n");
   std::exit(error ? 2 : 0);
 }
 
@@ -198,7 +202,12 @@ void print_row(const ShapeSpec& s, const OperatorResult& r, const MachineLimits&
 int run(int argc, char** argv) {
   const CommandLine cl = parse(argc, argv);
   std::vector<ShapeSpec> shapes;
+  std::vector<std::string> layer_names;
   for (const auto& name : cl.shapes) {
+    if (is_layer_case(name)) {
+      layer_names.push_back(name);
+      continue;
+    }
     bool found = false;
     for (const auto& s : canonical_shapes())
       if (s.name == name) { shapes.push_back(s); found = true; }
@@ -283,6 +292,42 @@ int run(int argc, char** argv) {
     j.end_object();
   }
   j.end_array();
+  if (!layer_names.empty()) {
+    std::printf("\n%-9s %-9s %-28s %10s %6s %8s %10s %7s %5s\n", "operator", "pass", "shape", "ms", "1->n", "GB/s",
+                "triad ms", "triad", "busy");
+    j.key("layer_cases").begin_array();
+    const double bandwidth = m.bandwidth_gbs(cl.threads).value_or(0);
+    for (const std::string& name : layer_names) {
+      ForeignCpuMeter foreign;
+      foreign.start();
+      const std::vector<LayerCase> cases = run_layer_cases(name, cl.threads, cl.runs, cl.min_seconds);
+      const double busy = foreign.foreign_cpus();
+      max_foreign = std::max(max_foreign, busy);
+      for (const LayerCase& c : cases) {
+        const double ms = c.main_timing.median();
+        const double bound_ms = bandwidth > 0 ? c.cost.bytes / (bandwidth * 1e9) * 1e3 : 0;
+        const bool one = !c.one_thread_timing.ms.empty();
+        char speedup[16] = "    -";
+        if (one) std::snprintf(speedup, sizeof speedup, "%5.2fx", c.one_thread_timing.median() / ms);
+        std::printf("%-9s %-9s %-28s %10.3f %6s %8.2f %10.3f %6.1f%% %5.2f\n", c.name.c_str(), c.op.c_str(),
+                    c.shape.c_str(), ms, speedup, c.cost.bytes / (ms * 1e6), bound_ms, 100.0 * bound_ms / ms, busy);
+        j.begin_object();
+        j.field("operator", c.name).field("pass", c.op).field("shape", c.shape);
+        j.field("flops", c.cost.flops).field("bytes", c.cost.bytes).field("time_ms", ms);
+        j.field("gbytes_per_s", c.cost.bytes / (ms * 1e-3) * 1e-9);
+        j.field("triad_bound_ms", bound_ms).field("triad_fraction", bound_ms / ms);
+        j.field("other_processes_cpus", busy);
+        j.key("timing").begin_array();
+        write_timing(j, c.main_timing, cl.threads);
+        if (one) write_timing(j, c.one_thread_timing, 1);
+        j.end_array();
+        j.end_object();
+      }
+    }
+    j.end_array();
+    std::printf("triad: bytes moved (every input read once, every output written once) at the triad\n"
+                "bandwidth measured above, and its fraction of the time.\n");
+  }
   j.end_object();
   if (!j.write_file(cl.json_path)) {
     std::fprintf(stderr, "mhc-bench: cannot write %s\n", cl.json_path.c_str());

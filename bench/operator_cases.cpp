@@ -99,6 +99,8 @@ void parallel_indices(int64_t n, Fn fn) {
   for (auto& t : pool) t.join();
 }
 
+}  // namespace
+
 void fill_activation(void* p, DType t, int64_t n, uint64_t seed, float scale) {
   if (t == DType::fp32) {
     auto* f = static_cast<float*>(p);
@@ -113,7 +115,7 @@ void fill_activation(void* p, DType t, int64_t n, uint64_t seed, float scale) {
   }
 }
 
-void fill_f32(void* p, int64_t n, uint64_t seed, float scale, float offset = 0) {
+void fill_f32(void* p, int64_t n, uint64_t seed, float scale, float offset) {
   auto* f = static_cast<float*>(p);
   parallel_indices(n, [=](int64_t i) { f[i] = offset + scale * uniform_at(seed, i); });
 }
@@ -132,8 +134,6 @@ void require(const mhc::Status& s, const char* what) {
     std::exit(1);
   }
 }
-
-}  // namespace
 
 void* ShapeBuffers::allocate(size_t bytes) {
   const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
@@ -241,24 +241,6 @@ double Timing::median() const {
   return n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
 }
 
-namespace {
-template <class Call>
-Timing time_calls(Call call, int min_runs, double min_seconds, int max_runs) {
-  using Clock = std::chrono::steady_clock;
-  call();  // warm-up: thread pool start, caches, page tables
-  Timing t;
-  double spent = 0;
-  while (int(t.ms.size()) < min_runs || (spent < min_seconds && int(t.ms.size()) < max_runs)) {
-    const auto t0 = Clock::now();
-    call();
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    t.ms.push_back(ms);
-    spent += ms * 1e-3;
-  }
-  std::sort(t.ms.begin(), t.ms.end());
-  return t;
-}
-}  // namespace
 
 Timing time_forward(const ShapeBuffers& b, int threads, int min_runs, double min_seconds, int max_runs) {
   const auto in = b.forward_inputs();

@@ -2,6 +2,8 @@
 // buffers of one shape (allocated and touched once), and the timed calls.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -76,6 +78,30 @@ struct Timing {
   double min() const { return ms.front(); }
   double max() const { return ms.back(); }
 };
+
+// Buffer filling (in parallel: the buffers are large) and failing loudly.
+void fill_activation(void* p, mhc::DType t, int64_t n, uint64_t seed, float scale);
+void fill_f32(void* p, int64_t n, uint64_t seed, float scale, float offset = 0);
+void zero(void* p, int64_t bytes);
+void require(const mhc::Status& s, const char* what);
+
+// `call` timed as above.
+template <class Call>
+Timing time_calls(Call call, int min_runs, double min_seconds, int max_runs) {
+  using Clock = std::chrono::steady_clock;
+  call();  // warm-up: thread pool start, caches, page tables
+  Timing t;
+  double spent = 0;
+  while (int(t.ms.size()) < min_runs || (spent < min_seconds && int(t.ms.size()) < max_runs)) {
+    const auto t0 = Clock::now();
+    call();
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    t.ms.push_back(ms);
+    spent += ms * 1e-3;
+  }
+  std::sort(t.ms.begin(), t.ms.end());
+  return t;
+}
 
 Timing time_forward(const ShapeBuffers& b, int threads, int min_runs, double min_seconds, int max_runs);
 Timing time_backward(const ShapeBuffers& b, int threads, int min_runs, double min_seconds, int max_runs);

@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "hwy/cache_control.h"  // FlushStream
 #include "hwy/highway.h"
+#include "kernels/simd/simd.hpp"
 #include "kernels/simd/vec-inl.h"
 #include "kernels/tables.hpp"
 
@@ -31,20 +33,75 @@ HWY_INLINE VF LoadColumns(DF df, const void* base, int64_t offset, int64_t valid
   CopyRow<T>(df, base, offset, 1, valid, pad, 0);
   return LoadT<T>(df, pad, 0);
 }
-HWY_INLINE void StoreColumns(DF df, VF v, void* base, DType type, int64_t offset, int64_t valid) {
-  if (valid == int64_t(hn::Lanes(df))) return StoreAs(df, v, base, type, offset);
+// The valid lanes of v at column offset; whole vectors streamed past the caches
+// when `stream` (outputs far larger than the caches: no read of each line first).
+template <DType T>
+HWY_INLINE void StoreColumns(DF df, VF v, void* base, int64_t offset, int64_t valid, bool stream) {
+  if (valid == int64_t(hn::Lanes(df))) return stream ? StreamT<T>(df, v, base, offset) : StoreT<T>(df, v, base, offset);
   HWY_ALIGN float lanes[hn::MaxLanes(DF())];
   hn::Store(v, df, lanes);
-  for (int64_t i = 0; i < valid; ++i) core::store_element(base, type, offset + i, lanes[i]);
+  for (int64_t i = 0; i < valid; ++i) core::store_element(base, T, offset + i, lanes[i]);
 }
+
+bool Streams(const PostShape& s, DType type) { return s.T * s.N * s.D * core::element_size(type) > kStreamBytes; }
 
 int64_t ForwardScratchFloats(const PostShape& s) { return s.N * int64_t(hn::Lanes(DF())) + 64; }
 
+// N = 4 with x's rows in registers, the loops unrolled (the same operations);
+// bf16 outputs two vectors at a time (StoreBF16Pair).
+template <DType T>
+void ForwardFour(const PostForwardOperands& o, int64_t t0, int64_t t1, int64_t d0, int64_t d1, bool stream) {
+  const DF df;
+  constexpr int kN = 4;
+  const int64_t L = hn::Lanes(df);
+  HWY_ALIGN float pad[hn::MaxLanes(DF())];
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* h_post = o.h_post.at(t);
+    const float* H = o.shape.has_h_res ? o.h_res.at(t) : nullptr;
+    auto columns = [&](int64_t d, int64_t valid, VF (&out)[kN]) {
+      const VF h_out = LoadColumns<T>(df, o.h_out.data, o.h_out.at(t, 0) + d, valid, pad);
+      VF x[kN];
+      for (int i = 0; i < kN; ++i) x[i] = LoadColumns<T>(df, o.x.data, o.x.at(t, i) + d, valid, pad);
+      for (int j = 0; j < kN; ++j) {
+        if (H != nullptr) {
+          out[j] = hn::Mul(hn::Set(df, h_post[j]), h_out);
+          for (int i = 0; i < kN; ++i) out[j] = hn::Add(out[j], hn::Mul(hn::Set(df, H[i * kN + j]), x[i]));
+        } else {
+          out[j] = hn::Add(x[j], hn::Mul(hn::Set(df, h_post[j]), h_out));
+        }
+      }
+    };
+    int64_t d = d0;
+    if constexpr (T == DType::bf16) {
+      for (; d + 2 * L <= d1; d += 2 * L) {
+        VF first[kN], second[kN];
+        columns(d, L, first);
+        columns(d + L, L, second);
+        for (int j = 0; j < kN; ++j)
+          StoreBF16Pair(df, first[j], second[j], static_cast<uint16_t*>(o.out.data) + o.out.at(t, j) + d, stream);
+      }
+    }
+    for (; d < d1; d += L) {
+      const int64_t valid = std::min(L, d1 - d);
+      VF out[kN];
+      columns(d, valid, out);
+      for (int j = 0; j < kN; ++j) StoreColumns<T>(df, out[j], o.out.data, o.out.at(t, j) + d, valid, stream);
+    }
+  }
+}
+
 void Forward(const PostForwardOperands& o, float* scratch, int64_t t0, int64_t t1, int64_t d0, int64_t d1) {
+  if (o.shape.N == 4) {
+    const bool stream = Streams(o.shape, o.shape.x_dtype);
+    WithDType(o.shape.x_dtype, [&]<DType T>() { ForwardFour<T>(o, t0, t1, d0, d1, stream); });
+    if (stream) hwy::FlushStream();
+    return;
+  }
   const DF df;
   const PostShape& s = o.shape;
   const int64_t L = hn::Lanes(df), N = s.N;
   float* xs = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) / 64 * 64);  // [N][L]
+  const bool stream = Streams(s, s.x_dtype);
   WithDType(s.x_dtype, [&]<DType T>() {
     HWY_ALIGN float pad[hn::MaxLanes(DF())];
     for (int64_t t = t0; t < t1; ++t) {
@@ -63,129 +120,206 @@ void Forward(const PostForwardOperands& o, float* scratch, int64_t t0, int64_t t
           } else {
             acc = hn::Add(hn::Load(df, xs + j * L), hn::Mul(hn::Set(df, h_post[j]), h_out));
           }
-          StoreColumns(df, acc, o.out.data, T, o.out.at(t, j) + d, valid);
+          StoreColumns<T>(df, acc, o.out.data, o.out.at(t, j) + d, valid, stream);
         }
       }
     }
   });
+  if (stream) hwy::FlushStream();
 }
 
 // Per worker: g [N][L], the quads of x and g [kQuadBlock][4] each, h_out [kQuadBlock].
+// Per worker: N = 4, the quads of two tokens (x, grad_out [kQuadBlock][4] and
+// h_out [kQuadBlock] each); other N, grad_out's vector of columns [N][L].
 int64_t BackwardScratchFloats(const PostShape& s) {
-  return s.N * int64_t(hn::Lanes(DF())) + 9 * kQuadBlock + 64;
+  return std::max<int64_t>(18 * kQuadBlock, s.N * int64_t(hn::Lanes(DF()))) + 64;
 }
 
-// grad_h_res and grad_h_post of one token, N = 4, from its quads of columns
-// [0, count): acc_pairs[v] lane l is pair (i, j) = (v * L/4 + l/4, l%4); acc_post
-// lanes 0..3 are j (the other lanes repeat them).
+// grad_h_res and grad_h_post, N = 4, of kGroup tokens at once (independent
+// chains, so the adds' latency overlaps), from their quads of columns [0, count):
+// pairs[v] lane l is pair (i, j) = (v * L/4 + l/4, l % 4); post lanes 0..3 are j
+// (the other lanes repeat them).
 struct PairSums {
-  VF pairs[4];
+  VF pairs[2];
   VF post;
 };
-HWY_INLINE void AddQuads(DF df, const float* x_quads, const float* g_quads, const float* h_out, int64_t count,
-                         PairSums* sums) {
-  const int64_t L = hn::Lanes(df), vectors = 16 / L;
+struct TokenQuads {
+  float* x;       // [kQuadBlock][4]
+  float* g;       // [kQuadBlock][4]
+  float* h_out;   // [kQuadBlock]
+};
+template <int kGroup>
+HWY_INLINE void AddQuads(DF df, const TokenQuads* quads, int64_t count, PairSums* sums) {
+  const int64_t L = hn::Lanes(df);
+  constexpr int64_t kVectors = 16 / hn::MaxLanes(DF());  // 1 (L = 16) or 2 (L = 8)
   using TI = hn::TFromD<hn::RebindToSigned<DF>>;
-  HWY_ALIGN TI index[4][hn::MaxLanes(DF())];
-  for (int64_t v = 0; v < vectors; ++v)
+  HWY_ALIGN TI index[2][hn::MaxLanes(DF())];
+  for (int64_t v = 0; v < kVectors; ++v)
     for (int64_t l = 0; l < L; ++l) index[v][l] = TI((v * L / 4 + l / 4) % 4);
   const auto idx0 = hn::SetTableIndices(df, index[0]);
-  if (vectors == 1) {
-    VF acc = sums->pairs[0], post = sums->post;
-    for (int64_t d = 0; d < count; ++d) {
-      const VF x = hn::LoadDup128(df, x_quads + 4 * d), g = hn::LoadDup128(df, g_quads + 4 * d);
-      acc = hn::Add(acc, hn::Mul(hn::TableLookupLanes(x, idx0), g));
-      post = hn::Add(post, hn::Mul(hn::Set(df, h_out[d]), g));
-    }
-    sums->pairs[0] = acc, sums->post = post;
-    return;
+  const auto idx1 = hn::SetTableIndices(df, index[kVectors - 1]);
+  VF pairs[kGroup][kVectors], post[kGroup];
+  for (int q = 0; q < kGroup; ++q) {
+    for (int64_t v = 0; v < kVectors; ++v) pairs[q][v] = sums[q].pairs[v];
+    post[q] = sums[q].post;
   }
-  const auto idx1 = hn::SetTableIndices(df, index[1]);
-  VF acc0 = sums->pairs[0], acc1 = sums->pairs[1], post = sums->post;
-  if (vectors == 2) {
-    for (int64_t d = 0; d < count; ++d) {
-      const VF x = hn::LoadDup128(df, x_quads + 4 * d), g = hn::LoadDup128(df, g_quads + 4 * d);
-      acc0 = hn::Add(acc0, hn::Mul(hn::TableLookupLanes(x, idx0), g));
-      acc1 = hn::Add(acc1, hn::Mul(hn::TableLookupLanes(x, idx1), g));
-      post = hn::Add(post, hn::Mul(hn::Set(df, h_out[d]), g));
+  for (int64_t d = 0; d < count; ++d) {
+    for (int q = 0; q < kGroup; ++q) {
+      const VF x = hn::LoadDup128(df, quads[q].x + 4 * d), g = hn::LoadDup128(df, quads[q].g + 4 * d);
+      pairs[q][0] = hn::Add(pairs[q][0], hn::Mul(hn::TableLookupLanes(x, idx0), g));
+      if constexpr (kVectors == 2) pairs[q][1] = hn::Add(pairs[q][1], hn::Mul(hn::TableLookupLanes(x, idx1), g));
+      post[q] = hn::Add(post[q], hn::Mul(hn::Set(df, quads[q].h_out[d]), g));
     }
-    sums->pairs[0] = acc0, sums->pairs[1] = acc1, sums->post = post;
+  }
+  for (int q = 0; q < kGroup; ++q) {
+    for (int64_t v = 0; v < kVectors; ++v) sums[q].pairs[v] = pairs[q][v];
+    sums[q].post = post[q];
+  }
+}
+
+template <DType T, DType GX>
+void BackwardFour(const PostBackwardOperands& o, int64_t t0, int64_t t1, const TokenQuads (&scratch)[2], bool stream) {
+  const DF df;
+  constexpr int kN = 4;
+  const PostShape& s = o.shape;
+  const int64_t L = hn::Lanes(df), D = s.D;
+  HWY_ALIGN float pad[hn::MaxLanes(DF())];
+  // grad_x and grad_h_out of token t's vector of columns at d, and its quads at q.
+  auto columns = [&](int64_t t, int64_t d, int64_t valid, int64_t q, const TokenQuads& quads, VF (&gx)[kN], VF& gho) {
+    const float* h_post = o.h_post.at(t);
+    const float* H = s.has_h_res ? o.h_res.at(t) : nullptr;
+    VF g[kN];
+    for (int j = 0; j < kN; ++j) g[j] = LoadColumns<T>(df, o.grad_out.data, o.grad_out.at(t, j) + d, valid, pad);
+    for (int i = 0; i < kN; ++i) {
+      if (H != nullptr) {
+        gx[i] = hn::Zero(df);
+        for (int j = 0; j < kN; ++j) gx[i] = hn::Add(gx[i], hn::Mul(hn::Set(df, H[i * kN + j]), g[j]));
+      } else {
+        gx[i] = g[i];
+      }
+    }
+    gho = hn::Zero(df);
+    for (int j = 0; j < kN; ++j) gho = hn::Add(gho, hn::Mul(hn::Set(df, h_post[j]), g[j]));
+    hn::StoreU(LoadColumns<T>(df, o.h_out.data, o.h_out.at(t, 0) + d, valid, pad), df, quads.h_out + q);
+    VF x[kN];
+    for (int i = 0; i < kN; ++i) x[i] = LoadColumns<T>(df, o.x.data, o.x.at(t, i) + d, valid, pad);
+    hn::StoreInterleaved4(x[0], x[1], x[2], x[3], df, quads.x + 4 * q);
+    hn::StoreInterleaved4(g[0], g[1], g[2], g[3], df, quads.g + 4 * q);
+  };
+  // Token t's columns [b0, b1): the outputs, and its quads for the pair sums.
+  auto block = [&](int64_t t, int64_t b0, int64_t b1, const TokenQuads& quads) {
+    int64_t d = b0;
+    if constexpr (T == DType::bf16) {
+      for (; d + 2 * L <= b1; d += 2 * L) {
+        VF gx0[kN], gx1[kN], gho0, gho1;
+        columns(t, d, L, d - b0, quads, gx0, gho0);
+        columns(t, d + L, L, d + L - b0, quads, gx1, gho1);
+        for (int i = 0; i < kN; ++i) {
+          if constexpr (GX == DType::bf16) {
+            StoreBF16Pair(df, gx0[i], gx1[i], static_cast<uint16_t*>(o.grad_x.data) + o.grad_x.at(t, i) + d, stream);
+          } else {
+            StoreColumns<GX>(df, gx0[i], o.grad_x.data, o.grad_x.at(t, i) + d, L, stream);
+            StoreColumns<GX>(df, gx1[i], o.grad_x.data, o.grad_x.at(t, i) + d + L, L, stream);
+          }
+        }
+        StoreBF16Pair(df, gho0, gho1, static_cast<uint16_t*>(o.grad_h_out.data) + o.grad_h_out.at(t, 0) + d, stream);
+      }
+    }
+    for (; d < b1; d += L) {
+      const int64_t valid = std::min(L, b1 - d);
+      VF gx[kN], gho;
+      columns(t, d, valid, d - b0, quads, gx, gho);
+      for (int i = 0; i < kN; ++i) StoreColumns<GX>(df, gx[i], o.grad_x.data, o.grad_x.at(t, i) + d, valid, stream);
+      StoreColumns<T>(df, gho, o.grad_h_out.data, o.grad_h_out.at(t, 0) + d, valid, stream);
+    }
+  };
+  const int64_t group_step = 2;
+  for (int64_t t = t0; t < t1; t += group_step) {
+    const int group = t + 1 < t1 ? 2 : 1;
+    PairSums sums[2];
+    for (auto& p : sums) p = {{hn::Zero(df), hn::Zero(df)}, hn::Zero(df)};
+    for (int64_t b0 = 0; b0 < D; b0 += kQuadBlock) {
+      const int64_t b1 = std::min(D, b0 + kQuadBlock);
+      for (int q = 0; q < group; ++q) block(t + q, b0, b1, scratch[q]);
+      if (group == 2) AddQuads<2>(df, scratch, b1 - b0, sums);
+      else AddQuads<1>(df, scratch, b1 - b0, sums);
+    }
+    for (int q = 0; q < group; ++q) {
+      HWY_ALIGN float lanes[2][hn::MaxLanes(DF())];
+      for (int64_t v = 0; v < 16 / L; ++v) hn::Store(sums[q].pairs[v], df, lanes[v]);
+      if (o.grad_h_res.present())
+        for (int64_t p = 0; p < 16; ++p) o.grad_h_res.at(t + q)[p] = lanes[p / L][p % L];
+      hn::Store(sums[q].post, df, lanes[0]);
+      for (int64_t j = 0; j < 4; ++j) o.grad_h_post.at(t + q)[j] = lanes[0][j];
+    }
+  }
+}
+
+// Any N: grad_x and grad_h_out across columns, the sums over D in the
+// reference's scalar loops (d in order).
+template <DType T, DType GX>
+void BackwardTokens(const PostBackwardOperands& o, int64_t t0, int64_t t1, float* gs, bool stream) {
+  const DF df;
+  const PostShape& s = o.shape;
+  const int64_t L = hn::Lanes(df), N = s.N, D = s.D;
+  HWY_ALIGN float pad[hn::MaxLanes(DF())];
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* h_post = o.h_post.at(t);
+    const float* H = s.has_h_res ? o.h_res.at(t) : nullptr;
+    for (int64_t d = 0; d < D; d += L) {
+      const int64_t valid = std::min(L, D - d);
+      for (int64_t j = 0; j < N; ++j)
+        hn::Store(LoadColumns<T>(df, o.grad_out.data, o.grad_out.at(t, j) + d, valid, pad), df, gs + j * L);
+      for (int64_t i = 0; i < N; ++i) {
+        VF acc;
+        if (H != nullptr) {
+          acc = hn::Zero(df);
+          for (int64_t j = 0; j < N; ++j) acc = hn::Add(acc, hn::Mul(hn::Set(df, H[i * N + j]), hn::Load(df, gs + j * L)));
+        } else {
+          acc = hn::Load(df, gs + i * L);
+        }
+        StoreColumns<GX>(df, acc, o.grad_x.data, o.grad_x.at(t, i) + d, valid, stream);
+      }
+      VF acc = hn::Zero(df);
+      for (int64_t j = 0; j < N; ++j) acc = hn::Add(acc, hn::Mul(hn::Set(df, h_post[j]), hn::Load(df, gs + j * L)));
+      StoreColumns<T>(df, acc, o.grad_h_out.data, o.grad_h_out.at(t, 0) + d, valid, stream);
+    }
+    auto g = [&](int64_t j, int64_t d) { return core::load_element(o.grad_out.data, T, o.grad_out.at(t, j) + d); };
+    if (o.grad_h_res.present())
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          float acc = 0.0f;
+          for (int64_t d = 0; d < D; ++d) acc = acc + core::load_element(o.x.data, T, o.x.at(t, i) + d) * g(j, d);
+          o.grad_h_res.at(t)[i * N + j] = acc;
+        }
+    for (int64_t j = 0; j < N; ++j) {
+      float acc = 0.0f;
+      for (int64_t d = 0; d < D; ++d) acc = acc + core::load_element(o.h_out.data, T, o.h_out.at(t, 0) + d) * g(j, d);
+      o.grad_h_post.at(t)[j] = acc;
+    }
   }
 }
 
 void Backward(const PostBackwardOperands& o, float* scratch, int64_t t0, int64_t t1) {
-  const DF df;
   const PostShape& s = o.shape;
-  const int64_t L = hn::Lanes(df), N = s.N, D = s.D;
-  float* gs = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) / 64 * 64);  // [N][L]
-  float* x_quads = gs + N * L;                // [kQuadBlock][4]
-  float* g_quads = x_quads + 4 * kQuadBlock;  // [kQuadBlock][4]
-  float* h_block = g_quads + 4 * kQuadBlock;  // [kQuadBlock]
-  const bool quads = N == 4 && (L == 8 || L == 16);
-  WithDType(s.x_dtype, [&]<DType T>() {
-    HWY_ALIGN float pad[hn::MaxLanes(DF())];
-    for (int64_t t = t0; t < t1; ++t) {
-      const float* h_post = o.h_post.at(t);
-      const float* H = s.has_h_res ? o.h_res.at(t) : nullptr;
-      PairSums sums{{hn::Zero(df), hn::Zero(df), hn::Zero(df), hn::Zero(df)}, hn::Zero(df)};
-      for (int64_t b0 = 0; b0 < D; b0 += kQuadBlock) {
-        const int64_t b1 = std::min(D, b0 + kQuadBlock);
-        for (int64_t d = b0; d < b1; d += L) {
-          const int64_t valid = std::min(L, b1 - d);
-          for (int64_t j = 0; j < N; ++j)
-            hn::Store(LoadColumns<T>(df, o.grad_out.data, o.grad_out.at(t, j) + d, valid, pad), df, gs + j * L);
-          for (int64_t i = 0; i < N; ++i) {
-            VF acc;
-            if (H != nullptr) {
-              acc = hn::Zero(df);
-              for (int64_t j = 0; j < N; ++j) acc = hn::Add(acc, hn::Mul(hn::Set(df, H[i * N + j]), hn::Load(df, gs + j * L)));
-            } else {
-              acc = hn::Load(df, gs + i * L);
-            }
-            StoreColumns(df, acc, o.grad_x.data, s.grad_x_dtype, o.grad_x.at(t, i) + d, valid);
-          }
-          VF acc = hn::Zero(df);
-          for (int64_t j = 0; j < N; ++j) acc = hn::Add(acc, hn::Mul(hn::Set(df, h_post[j]), hn::Load(df, gs + j * L)));
-          StoreColumns(df, acc, o.grad_h_out.data, T, o.grad_h_out.at(t, 0) + d, valid);
-          if (quads) {  // this vector's columns as quads, for the pair sums
-            const VF h = LoadColumns<T>(df, o.h_out.data, o.h_out.at(t, 0) + d, valid, pad);
-            hn::StoreU(h, df, h_block + (d - b0));
-            const VF x0 = LoadColumns<T>(df, o.x.data, o.x.at(t, 0) + d, valid, pad);
-            const VF x1 = LoadColumns<T>(df, o.x.data, o.x.at(t, 1) + d, valid, pad);
-            const VF x2 = LoadColumns<T>(df, o.x.data, o.x.at(t, 2) + d, valid, pad);
-            const VF x3 = LoadColumns<T>(df, o.x.data, o.x.at(t, 3) + d, valid, pad);
-            hn::StoreInterleaved4(x0, x1, x2, x3, df, x_quads + 4 * (d - b0));
-            hn::StoreInterleaved4(hn::Load(df, gs), hn::Load(df, gs + L), hn::Load(df, gs + 2 * L),
-                                  hn::Load(df, gs + 3 * L), df, g_quads + 4 * (d - b0));
-          }
-        }
-        if (quads) AddQuads(df, x_quads, g_quads, h_block, b1 - b0, &sums);
-      }
-      if (quads) {
-        HWY_ALIGN float lanes[4][hn::MaxLanes(DF())];
-        for (int64_t v = 0; v < 16 / L; ++v) hn::Store(sums.pairs[v], df, lanes[v]);
-        if (o.grad_h_res.present())
-          for (int64_t p = 0; p < 16; ++p) o.grad_h_res.at(t)[p] = lanes[p / L][p % L];
-        hn::Store(sums.post, df, lanes[0]);
-        for (int64_t j = 0; j < 4; ++j) o.grad_h_post.at(t)[j] = lanes[0][j];
-        continue;
-      }
-      // Other N: the reference's scalar sums in d order.
-      auto g = [&](int64_t j, int64_t d) { return core::load_element(o.grad_out.data, T, o.grad_out.at(t, j) + d); };
-      if (o.grad_h_res.present())
-        for (int64_t i = 0; i < N; ++i)
-          for (int64_t j = 0; j < N; ++j) {
-            float acc = 0.0f;
-            for (int64_t d = 0; d < D; ++d) acc = acc + core::load_element(o.x.data, T, o.x.at(t, i) + d) * g(j, d);
-            o.grad_h_res.at(t)[i * N + j] = acc;
-          }
-      for (int64_t j = 0; j < N; ++j) {
-        float acc = 0.0f;
-        for (int64_t d = 0; d < D; ++d) acc = acc + core::load_element(o.h_out.data, T, o.h_out.at(t, 0) + d) * g(j, d);
-        o.grad_h_post.at(t)[j] = acc;
-      }
-    }
-  });
+  const int64_t L = hn::Lanes(DF());
+  float* base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) / 64 * 64);
+  const bool stream = Streams(s, s.grad_x_dtype);
+  const bool fp32 = s.grad_x_dtype == DType::fp32;
+  if (s.N == 4 && (L == 8 || L == 16)) {
+    const TokenQuads quads[2] = {{base, base + 4 * kQuadBlock, base + 8 * kQuadBlock},
+                                 {base + 9 * kQuadBlock, base + 13 * kQuadBlock, base + 17 * kQuadBlock}};
+    WithDType(s.x_dtype, [&]<DType T>() {
+      if (fp32) return BackwardFour<T, DType::fp32>(o, t0, t1, quads, stream);
+      BackwardFour<T, T>(o, t0, t1, quads, stream);
+    });
+  } else {
+    WithDType(s.x_dtype, [&]<DType T>() {
+      if (fp32) return BackwardTokens<T, DType::fp32>(o, t0, t1, base, stream);
+      BackwardTokens<T, T>(o, t0, t1, base, stream);
+    });
+  }
+  if (stream) hwy::FlushStream();
 }
 
 }  // namespace

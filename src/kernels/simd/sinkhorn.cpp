@@ -1,8 +1,8 @@
 // SIMD MhcSinkhorn (SPEC §10) for one Highway target: a vector lane per token. A
 // block of Lanes tokens is transposed into [entry][lane] scratch, runs SPEC's
-// steps with the reference's operations in the reference's order (kernels/
-// reference/sinkhorn.cpp), so each lane gives the reference's bits, and is
-// transposed back. A short last block pads its lanes with zeros it never stores.
+// steps in registers with the reference's operations in the reference's order
+// (kernels/reference/sinkhorn.cpp), so each lane gives the reference's bits, and
+// is transposed back. A short last block pads its lanes with zeros it never stores.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/sinkhorn.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -30,7 +30,8 @@ struct BlockScratch {
 
 int64_t ScratchFloats(const SinkhornShape& s) {
   const int64_t L = hn::Lanes(DF());
-  return (s.N * s.N + s.N) * L * (1 + s.steps()) + 4 * L;
+  const int64_t simd = (s.N * s.N + s.N) * L * (1 + s.steps()) + 4 * L;
+  return std::max(simd, reference::kSinkhorn.scratch_floats(s));  // N > 8: the reference's loops
 }
 
 BlockScratch LayOut(float* base, const SinkhornShape& s) {
@@ -87,126 +88,164 @@ void LoadCacheSlot(const SinkhornCaches& c, const SinkhornShape& s, int64_t k, i
   }
 }
 
-// The forward on rows P (z on entry, H on return); store(k) after each step k.
-template <class StoreSlot>
-void ForwardBlock(const SinkhornShape& s, float* P, float* divisors, StoreSlot&& store) {
+// The forward of a block whose z is in rows [N*N][L]; store(k, P, divisors) after
+// each step k; returns with H in P. kN is N, fixed so the matrix stays in registers.
+template <int kN, class StoreSlot>
+HWY_INLINE void ForwardBlock(const SinkhornShape& s, const float* rows, VF (&P)[kN * kN], StoreSlot&& store) {
   const DF df;
-  const int64_t L = hn::Lanes(df), N = s.N;
+  const int64_t L = hn::Lanes(df);
   const VF eps = hn::Set(df, s.eps);
-  auto at = [&](int64_t i, int64_t j) { return P + (i * N + j) * L; };
-  for (int64_t i = 0; i < N; ++i) {
-    VF top = hn::Load(df, at(i, 0));
-    for (int64_t j = 1; j < N; ++j) {
-      const VF v = hn::Load(df, at(i, j));
-      top = hn::IfThenElse(hn::Gt(v, top), v, top);
-    }
+  VF divisors[kN];
+  for (int e = 0; e < kN * kN; ++e) P[e] = hn::Load(df, rows + e * L);
+  for (int i = 0; i < kN; ++i) {  // step 0: the row softmax
+    VF top = P[i * kN];
+    for (int j = 1; j < kN; ++j) top = hn::IfThenElse(hn::Gt(P[i * kN + j], top), P[i * kN + j], top);
     VF sum = hn::Zero(df);
-    for (int64_t j = 0; j < N; ++j) {
-      const VF e = ExpF32(df, hn::Sub(hn::Load(df, at(i, j)), top));
-      hn::Store(e, df, at(i, j));
-      sum = hn::Add(sum, e);
+    for (int j = 0; j < kN; ++j) {
+      P[i * kN + j] = ExpF32(df, hn::Sub(P[i * kN + j], top));
+      sum = hn::Add(sum, P[i * kN + j]);
     }
-    for (int64_t j = 0; j < N; ++j) hn::Store(hn::Div(hn::Load(df, at(i, j)), sum), df, at(i, j));
-    hn::Store(sum, df, divisors + i * L);
+    for (int j = 0; j < kN; ++j) P[i * kN + j] = hn::Div(P[i * kN + j], sum);
+    divisors[i] = sum;
   }
-  store(int64_t(0));
-  for (int64_t e = 0; e < N * N; ++e) hn::Store(hn::Add(hn::Load(df, P + e * L), eps), df, P + e * L);
+  store(int64_t(0), P, divisors);
+  for (int e = 0; e < kN * kN; ++e) P[e] = hn::Add(P[e], eps);
   for (int64_t k = 1; k < s.steps(); ++k) {
     if (k % 2 == 1) {  // columns
-      for (int64_t j = 0; j < N; ++j) {
+      for (int j = 0; j < kN; ++j) {
         VF c = hn::Zero(df);
-        for (int64_t i = 0; i < N; ++i) c = hn::Add(c, hn::Load(df, at(i, j)));
-        hn::Store(hn::Add(c, eps), df, divisors + j * L);
+        for (int i = 0; i < kN; ++i) c = hn::Add(c, P[i * kN + j]);
+        divisors[j] = hn::Add(c, eps);
       }
-      for (int64_t i = 0; i < N; ++i)
-        for (int64_t j = 0; j < N; ++j)
-          hn::Store(hn::Div(hn::Load(df, at(i, j)), hn::Load(df, divisors + j * L)), df, at(i, j));
+      for (int i = 0; i < kN; ++i)
+        for (int j = 0; j < kN; ++j) P[i * kN + j] = hn::Div(P[i * kN + j], divisors[j]);
     } else {  // rows
-      for (int64_t i = 0; i < N; ++i) {
+      for (int i = 0; i < kN; ++i) {
         VF r = hn::Zero(df);
-        for (int64_t j = 0; j < N; ++j) r = hn::Add(r, hn::Load(df, at(i, j)));
-        const VF divisor = hn::Add(r, eps);
-        hn::Store(divisor, df, divisors + i * L);
-        for (int64_t j = 0; j < N; ++j) hn::Store(hn::Div(hn::Load(df, at(i, j)), divisor), df, at(i, j));
+        for (int j = 0; j < kN; ++j) r = hn::Add(r, P[i * kN + j]);
+        divisors[i] = hn::Add(r, eps);
+        for (int j = 0; j < kN; ++j) P[i * kN + j] = hn::Div(P[i * kN + j], divisors[i]);
       }
     }
-    store(k);
+    store(k, P, divisors);
   }
 }
 
-// The backward on rows G (grad_H on entry, grad_z on return); slot(k, &Y, &div)
-// gives step k's matrix and divisors as [..][L] rows.
-template <class Slot>
-void BackwardBlock(const SinkhornShape& s, float* G, Slot&& slot) {
+// The backward of a block whose grad_H is in rows [N*N][L], written back there as
+// grad_z; slot(k, &Y, &div) gives step k's matrix and divisors as [..][L] rows.
+template <int kN, class Slot>
+HWY_INLINE void BackwardBlock(const SinkhornShape& s, float* rows, Slot&& slot) {
   const DF df;
-  const int64_t L = hn::Lanes(df), N = s.N;
-  auto g = [&](int64_t i, int64_t j) { return G + (i * N + j) * L; };
+  const int64_t L = hn::Lanes(df);
+  VF G[kN * kN];
+  for (int e = 0; e < kN * kN; ++e) G[e] = hn::Load(df, rows + e * L);
   for (int64_t k = s.steps() - 1; k >= 0; --k) {
     const float* Y;
     const float* div;
     slot(k, &Y, &div);
-    auto y = [&](int64_t i, int64_t j) { return hn::Load(df, Y + (i * N + j) * L); };
+    auto y = [&](int i, int j) { return hn::Load(df, Y + (i * kN + j) * L); };
     if (k == 0) {  // the softmax's Jacobian, Y = p
-      for (int64_t i = 0; i < N; ++i) {
+      for (int i = 0; i < kN; ++i) {
         VF d = hn::Zero(df);
-        for (int64_t j = 0; j < N; ++j) d = hn::Add(d, hn::Mul(hn::Load(df, g(i, j)), y(i, j)));
-        for (int64_t j = 0; j < N; ++j) hn::Store(hn::Mul(hn::Sub(hn::Load(df, g(i, j)), d), y(i, j)), df, g(i, j));
+        for (int j = 0; j < kN; ++j) d = hn::Add(d, hn::Mul(G[i * kN + j], y(i, j)));
+        for (int j = 0; j < kN; ++j) G[i * kN + j] = hn::Mul(hn::Sub(G[i * kN + j], d), y(i, j));
       }
     } else if (k % 2 == 1) {  // a column step
-      for (int64_t j = 0; j < N; ++j) {
+      for (int j = 0; j < kN; ++j) {
         VF d = hn::Zero(df);
-        for (int64_t i = 0; i < N; ++i) d = hn::Add(d, hn::Mul(hn::Load(df, g(i, j)), y(i, j)));
+        for (int i = 0; i < kN; ++i) d = hn::Add(d, hn::Mul(G[i * kN + j], y(i, j)));
         const VF divisor = hn::Load(df, div + j * L);
-        for (int64_t i = 0; i < N; ++i) hn::Store(hn::Div(hn::Sub(hn::Load(df, g(i, j)), d), divisor), df, g(i, j));
+        for (int i = 0; i < kN; ++i) G[i * kN + j] = hn::Div(hn::Sub(G[i * kN + j], d), divisor);
       }
     } else {  // a row step
-      for (int64_t i = 0; i < N; ++i) {
+      for (int i = 0; i < kN; ++i) {
         VF d = hn::Zero(df);
-        for (int64_t j = 0; j < N; ++j) d = hn::Add(d, hn::Mul(hn::Load(df, g(i, j)), y(i, j)));
+        for (int j = 0; j < kN; ++j) d = hn::Add(d, hn::Mul(G[i * kN + j], y(i, j)));
         const VF divisor = hn::Load(df, div + i * L);
-        for (int64_t j = 0; j < N; ++j) hn::Store(hn::Div(hn::Sub(hn::Load(df, g(i, j)), d), divisor), df, g(i, j));
+        for (int j = 0; j < kN; ++j) G[i * kN + j] = hn::Div(hn::Sub(G[i * kN + j], d), divisor);
       }
     }
   }
+  for (int e = 0; e < kN * kN; ++e) hn::Store(G[e], df, rows + e * L);
 }
 
-void ForwardTokens(const SinkhornForwardOperands& o, float* scratch, int64_t t0, int64_t t1) {
+template <int kN>
+void ForwardTokensN(const SinkhornForwardOperands& o, float* scratch, int64_t t0, int64_t t1) {
+  const DF df;
   const SinkhornShape& s = o.shape;
-  const int64_t L = hn::Lanes(DF()), NN = s.N * s.N;
+  const int64_t L = hn::Lanes(df), NN = kN * kN;
   const BlockScratch b = LayOut(scratch, s);
   for (int64_t t = t0; t < t1; t += L) {
     const int64_t count = std::min(L, t1 - t);
     Gather(o.z, t, count, NN, b.P);
-    ForwardBlock(s, b.P, b.divisors, [&](int64_t k) {
-      if (o.caches.present()) StoreCacheSlot(o.caches, s, k, t, count, b.P, b.divisors);
+    VF P[kN * kN];
+    ForwardBlock<kN>(s, b.P, P, [&](int64_t k, const VF(&M)[kN * kN], const VF(&divisors)[kN]) {
+      if (!o.caches.present()) return;
+      for (int e = 0; e < kN * kN; ++e) hn::Store(M[e], df, b.norm + e * L);
+      for (int i = 0; i < kN; ++i) hn::Store(divisors[i], df, b.sum + i * L);
+      StoreCacheSlot(o.caches, s, k, t, count, b.norm, b.sum);
     });
+    for (int e = 0; e < kN * kN; ++e) hn::Store(P[e], df, b.P + e * L);
     Scatter(b.P, NN, o.h_res, t, count);
   }
 }
 
-void BackwardTokens(const SinkhornBackwardOperands& o, float* scratch, int64_t t0, int64_t t1) {
+template <int kN>
+void BackwardTokensN(const SinkhornBackwardOperands& o, float* scratch, int64_t t0, int64_t t1) {
+  const DF df;
   const SinkhornShape& s = o.shape;
-  const int64_t L = hn::Lanes(DF()), NN = s.N * s.N;
+  const int64_t L = hn::Lanes(df), NN = kN * kN;
   const BlockScratch b = LayOut(scratch, s);
   for (int64_t t = t0; t < t1; t += L) {
     const int64_t count = std::min(L, t1 - t);
     if (!o.caches.present()) {  // this block's forward into its own caches
       Gather(o.z, t, count, NN, b.P);
-      ForwardBlock(s, b.P, b.divisors, [&](int64_t k) {
-        std::memcpy(b.norm + k * NN * L, b.P, size_t(NN * L) * sizeof(float));
-        std::memcpy(b.sum + k * s.N * L, b.divisors, size_t(s.N * L) * sizeof(float));
+      VF P[kN * kN];
+      ForwardBlock<kN>(s, b.P, P, [&](int64_t k, const VF(&M)[kN * kN], const VF(&divisors)[kN]) {
+        for (int e = 0; e < kN * kN; ++e) hn::Store(M[e], df, b.norm + (k * NN + e) * L);
+        for (int i = 0; i < kN; ++i) hn::Store(divisors[i], df, b.sum + (k * kN + i) * L);
       });
     }
     Gather(o.grad_h_res, t, count, NN, b.P);
-    BackwardBlock(s, b.P, [&](int64_t k, const float** Y, const float** div) {
+    BackwardBlock<kN>(s, b.P, [&](int64_t k, const float** Y, const float** div) {
       if (o.caches.present()) {  // slot k into the first slot of the block's own
         LoadCacheSlot(o.caches, s, k, t, count, b.norm, b.sum);
         *Y = b.norm, *div = b.sum;
       } else {
-        *Y = b.norm + k * NN * L, *div = b.sum + k * s.N * L;
+        *Y = b.norm + k * NN * L, *div = b.sum + k * kN * L;
       }
     });
     Scatter(b.P, NN, o.grad_z, t, count);
+  }
+}
+
+// N up to 8 in registers (and the stack); larger N one token at a time in the
+// reference's loops, whose bits these are.
+void ForwardTokens(const SinkhornForwardOperands& o, float* scratch, int64_t t0, int64_t t1) {
+  switch (o.shape.N) {
+    case 1: return ForwardTokensN<1>(o, scratch, t0, t1);
+    case 2: return ForwardTokensN<2>(o, scratch, t0, t1);
+    case 3: return ForwardTokensN<3>(o, scratch, t0, t1);
+    case 4: return ForwardTokensN<4>(o, scratch, t0, t1);
+    case 5: return ForwardTokensN<5>(o, scratch, t0, t1);
+    case 6: return ForwardTokensN<6>(o, scratch, t0, t1);
+    case 7: return ForwardTokensN<7>(o, scratch, t0, t1);
+    case 8: return ForwardTokensN<8>(o, scratch, t0, t1);
+    default: return reference::kSinkhorn.forward(o, scratch, t0, t1);
+  }
+}
+
+void BackwardTokens(const SinkhornBackwardOperands& o, float* scratch, int64_t t0, int64_t t1) {
+  switch (o.shape.N) {
+    case 1: return BackwardTokensN<1>(o, scratch, t0, t1);
+    case 2: return BackwardTokensN<2>(o, scratch, t0, t1);
+    case 3: return BackwardTokensN<3>(o, scratch, t0, t1);
+    case 4: return BackwardTokensN<4>(o, scratch, t0, t1);
+    case 5: return BackwardTokensN<5>(o, scratch, t0, t1);
+    case 6: return BackwardTokensN<6>(o, scratch, t0, t1);
+    case 7: return BackwardTokensN<7>(o, scratch, t0, t1);
+    case 8: return BackwardTokensN<8>(o, scratch, t0, t1);
+    default: return reference::kSinkhorn.backward(o, scratch, t0, t1);
   }
 }
 

@@ -62,6 +62,30 @@ HWY_INLINE void StoreBF16(DF df, VF v, uint16_t* p) {
   hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di32, high)), du16, p);
 }
 
+// Two vectors as 2 * Lanes bf16 at p (v0 first), rounded as StoreBF16 (the same
+// integer steps, so the same bits); one two-source permute packs both.
+HWY_INLINE void StoreBF16Pair(DF df, VF v0, VF v1, uint16_t* p, bool stream) {
+#if HWY_TARGET == HWY_SCALAR  // the static fallback the registry never names
+  StoreBF16(df, v0, p);
+  StoreBF16(df, v1, p + hn::Lanes(df));
+#else
+  const hn::RebindToUnsigned<DF> du32;
+  const hn::RebindToSigned<DF> di32;
+  const hn::Repartition<uint16_t, DF> du16;
+  auto round = [&](VF v) {
+    const auto bits = hn::BitCast(du32, v);
+    const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du32, 1u));
+    const auto rounded = hn::Add(bits, hn::Add(hn::Set(du32, 0x7fffu), lsb));
+    const auto magnitude = hn::BitCast(di32, hn::And(bits, hn::Set(du32, 0x7fffffffu)));
+    const auto is_nan = hn::Gt(magnitude, hn::Set(di32, 0x7f800000));
+    const auto quiet_nan = hn::Or(bits, hn::Set(du32, 0x00400000u));
+    return hn::BitCast(du16, hn::IfThenElse(hn::RebindMask(du32, is_nan), quiet_nan, rounded));
+  };
+  const auto packed = hn::ConcatOdd(du16, round(v1), round(v0));  // the high halves: bf16
+  if (stream && reinterpret_cast<uintptr_t>(p) % sizeof(packed) == 0) return hn::Stream(packed, du16, p);
+  hn::StoreU(packed, du16, p);
+#endif
+}
 HWY_INLINE void StoreF16(DF df, VF v, uint16_t* p) {
   const hn::Rebind<hwy::float16_t, DF> df16;
   hn::StoreU(hn::DemoteTo(df16, v), df16, reinterpret_cast<hwy::float16_t*>(p));

@@ -43,7 +43,8 @@ Plan make_plan(const core::PostProblem& p, bool forward, int num_threads) {
   plan.threads = resolve_threads(num_threads);
   plan.columns = forward ? std::min(p.dims.D, kColumnChunk) : p.dims.D;
   plan.column_chunks = kernels::ceil_div(p.dims.D, plan.columns);
-  plan.item_tokens = std::max<int64_t>(1, kItemElements / (p.dims.N * plan.columns));
+  // The backward's N = 4 kernels take tokens two at a time (kernels/simd/post.cpp).
+  plan.item_tokens = std::max<int64_t>(forward ? 1 : 2, kItemElements / (p.dims.N * plan.columns));
   plan.token_groups = kernels::ceil_div(p.dims.T, plan.item_tokens);
   plan.scratch_floats = kernels::align16(forward ? k.forward_scratch_floats(shape) : k.backward_scratch_floats(shape));
   return plan;
