@@ -1,6 +1,7 @@
 // Reference MhcPost and MhcPostBackward (SPEC §11): one token at a time, one
 // element at a time, SPEC's fp32 operations in SPEC's order. The portable family
-// uses these loops too; the SIMD family gives the same bits.
+// uses these loops too; the SIMD family gives the same bits. Each sum starts
+// from its first term and adds the others in index order.
 #include "core/dtype.hpp"
 #include "kernels/tables.hpp"
 
@@ -46,27 +47,27 @@ void backward(const PostBackwardOperands& o, float*, int64_t t0, int64_t t1) {
       for (int64_t i = 0; i < N; ++i) {
         float acc;
         if (H != nullptr) {
-          acc = 0.0f;
-          for (int64_t j = 0; j < N; ++j) acc = acc + H[i * N + j] * g(t, j, d);
+          acc = H[i * N] * g(t, 0, d);
+          for (int64_t j = 1; j < N; ++j) acc = acc + H[i * N + j] * g(t, j, d);
         } else {
           acc = g(t, i, d);
         }
         core::store_element(o.grad_x.data, s.grad_x_dtype, o.grad_x.at(t, i) + d, acc);
       }
-      float acc = 0.0f;
-      for (int64_t j = 0; j < N; ++j) acc = acc + h_post[j] * g(t, j, d);
+      float acc = h_post[0] * g(t, 0, d);
+      for (int64_t j = 1; j < N; ++j) acc = acc + h_post[j] * g(t, j, d);
       core::store_element(o.grad_h_out.data, dt, o.grad_h_out.at(t, 0) + d, acc);
     }
     if (o.grad_h_res.present())
       for (int64_t i = 0; i < N; ++i)
         for (int64_t j = 0; j < N; ++j) {
-          float acc = 0.0f;
-          for (int64_t d = 0; d < D; ++d) acc = acc + x(t, i, d) * g(t, j, d);
+          float acc = x(t, i, 0) * g(t, j, 0);
+          for (int64_t d = 1; d < D; ++d) acc = acc + x(t, i, d) * g(t, j, d);
           o.grad_h_res.at(t)[i * N + j] = acc;
         }
     for (int64_t j = 0; j < N; ++j) {
-      float acc = 0.0f;
-      for (int64_t d = 0; d < D; ++d) acc = acc + h_out(t, d) * g(t, j, d);
+      float acc = h_out(t, 0) * g(t, j, 0);
+      for (int64_t d = 1; d < D; ++d) acc = acc + h_out(t, d) * g(t, j, d);
       o.grad_h_post.at(t)[j] = acc;
     }
   }

@@ -23,7 +23,11 @@ HWY_BEFORE_NAMESPACE();
 namespace mhc::kernels::simd::HWY_NAMESPACE {
 namespace {
 
-constexpr int64_t kQuadBlock = 256;  // columns per transposed block of the backward's pair sums
+constexpr int64_t kQuadBlock = 256;
+
+// Lambdas of the hot loops inlined into their callers: GCC keeps some out of line,
+// and then their vector arrays pass through memory (mhc-bench post backward).
+#define MHC_INLINE_LAMBDA __attribute__((always_inline))  // columns per transposed block of the backward's pair sums
 
 // Lanes elements of row `row` at column d (a full vector), or the valid ones of a
 // partial vector zero-padded through `pad` (raw elements).
@@ -58,7 +62,7 @@ void ForwardFour(const PostForwardOperands& o, int64_t t0, int64_t t1, int64_t d
   for (int64_t t = t0; t < t1; ++t) {
     const float* h_post = o.h_post.at(t);
     const float* H = o.shape.has_h_res ? o.h_res.at(t) : nullptr;
-    auto columns = [&](int64_t d, int64_t valid, VF (&out)[kN]) {
+    auto columns = [&](int64_t d, int64_t valid, VF (&out)[kN]) HWY_ATTR MHC_INLINE_LAMBDA {
       const VF h_out = LoadColumns<T>(df, o.h_out.data, o.h_out.at(t, 0) + d, valid, pad);
       VF x[kN];
       for (int i = 0; i < kN; ++i) x[i] = LoadColumns<T>(df, o.x.data, o.x.at(t, i) + d, valid, pad);
@@ -135,6 +139,7 @@ int64_t BackwardScratchFloats(const PostShape& s) {
   return std::max<int64_t>(18 * kQuadBlock, s.N * int64_t(hn::Lanes(DF()))) + 64;
 }
 
+#if HWY_TARGET != HWY_SCALAR  // the N = 4 backward (the registry never names the scalar target)
 // grad_h_res and grad_h_post, N = 4, of kGroup tokens at once (independent
 // chains, so the adds' latency overlaps), from their quads of columns [0, count):
 // pairs[v] lane l is pair (i, j) = (v * L/4 + l/4, l % 4); post lanes 0..3 are j
@@ -148,12 +153,30 @@ struct TokenQuads {
   float* g;       // [kQuadBlock][4]
   float* h_out;   // [kQuadBlock]
 };
-template <int kGroup>
-HWY_INLINE void AddQuads(DF df, const TokenQuads* quads, int64_t count, PairSums* sums) {
+// The quads of a vector of columns d0 + [0, L) as StoreQuads leaves them: column
+// 4b + m of the vector (block b, lane m) at quad m * L/4 + b.
+HWY_INLINE void StoreQuads(DF df, VF r0, VF r1, VF r2, VF r3, float* quads) {
+  const hn::RepartitionToWide<DF> dw;
+  const auto r10_lower = hn::ZipLower(dw, r0, r1), r32_lower = hn::ZipLower(dw, r2, r3);
+  const auto r10_upper = hn::ZipUpper(dw, r0, r1), r32_upper = hn::ZipUpper(dw, r2, r3);
   const int64_t L = hn::Lanes(df);
-  constexpr int64_t kVectors = 16 / hn::MaxLanes(DF());  // 1 (L = 16) or 2 (L = 8)
+  hn::StoreU(hn::BitCast(df, hn::InterleaveLower(dw, r10_lower, r32_lower)), df, quads);
+  hn::StoreU(hn::BitCast(df, hn::InterleaveUpper(dw, r10_lower, r32_lower)), df, quads + L);
+  hn::StoreU(hn::BitCast(df, hn::InterleaveLower(dw, r10_upper, r32_upper)), df, quads + 2 * L);
+  hn::StoreU(hn::BitCast(df, hn::InterleaveUpper(dw, r10_upper, r32_upper)), df, quads + 3 * L);
+}
+// Where StoreQuads put column d's quad (floats from the first quad).
+HWY_INLINE int64_t QuadAt(int64_t d, int64_t L) {
+  const int64_t c = d % L;
+  return 4 * ((d - c) + (c % 4) * (L / 4) + c / 4);
+}
+
+template <int kGroup>
+HWY_INLINE void AddQuads(DF df, const TokenQuads* quads, int64_t count, bool first, PairSums* sums) {
+  constexpr int64_t L = hn::MaxLanes(DF());
+  constexpr int64_t kVectors = 16 / L;  // 1 (L = 16) or 2 (L = 8)
   using TI = hn::TFromD<hn::RebindToSigned<DF>>;
-  HWY_ALIGN TI index[2][hn::MaxLanes(DF())];
+  HWY_ALIGN TI index[2][L];
   for (int64_t v = 0; v < kVectors; ++v)
     for (int64_t l = 0; l < L; ++l) index[v][l] = TI((v * L / 4 + l / 4) % 4);
   const auto idx0 = hn::SetTableIndices(df, index[0]);
@@ -163,14 +186,25 @@ HWY_INLINE void AddQuads(DF df, const TokenQuads* quads, int64_t count, PairSums
     for (int64_t v = 0; v < kVectors; ++v) pairs[q][v] = sums[q].pairs[v];
     post[q] = sums[q].post;
   }
-  for (int64_t d = 0; d < count; ++d) {
+  auto add = [&](int64_t d, bool start) HWY_ATTR MHC_INLINE_LAMBDA {
+    const int64_t at = QuadAt(d, L);
     for (int q = 0; q < kGroup; ++q) {
-      const VF x = hn::LoadDup128(df, quads[q].x + 4 * d), g = hn::LoadDup128(df, quads[q].g + 4 * d);
-      pairs[q][0] = hn::Add(pairs[q][0], hn::Mul(hn::TableLookupLanes(x, idx0), g));
-      if constexpr (kVectors == 2) pairs[q][1] = hn::Add(pairs[q][1], hn::Mul(hn::TableLookupLanes(x, idx1), g));
-      post[q] = hn::Add(post[q], hn::Mul(hn::Set(df, quads[q].h_out[d]), g));
+      const VF x = hn::LoadDup128(df, quads[q].x + at), g = hn::LoadDup128(df, quads[q].g + at);
+      const VF p0 = hn::Mul(hn::TableLookupLanes(x, idx0), g), h = hn::Mul(hn::Set(df, quads[q].h_out[d]), g);
+      pairs[q][0] = start ? p0 : hn::Add(pairs[q][0], p0);
+      post[q] = start ? h : hn::Add(post[q], h);
+      if constexpr (kVectors == 2) {
+        const VF p1 = hn::Mul(hn::TableLookupLanes(x, idx1), g);
+        pairs[q][1] = start ? p1 : hn::Add(pairs[q][1], p1);
+      }
     }
-  }
+  };
+  int64_t d = 0;
+  if (first) add(d++, true);  // each sum starts from its first term
+  for (; d < count && d % L != 0; ++d) add(d, false);
+  for (; d + L <= count; d += L)
+    for (int64_t c = 0; c < L; ++c) add(d + c, false);  // unrolled: constant quad offsets
+  for (; d < count; ++d) add(d, false);
   for (int q = 0; q < kGroup; ++q) {
     for (int64_t v = 0; v < kVectors; ++v) sums[q].pairs[v] = pairs[q][v];
     sums[q].post = post[q];
@@ -185,29 +219,30 @@ void BackwardFour(const PostBackwardOperands& o, int64_t t0, int64_t t1, const T
   const int64_t L = hn::Lanes(df), D = s.D;
   HWY_ALIGN float pad[hn::MaxLanes(DF())];
   // grad_x and grad_h_out of token t's vector of columns at d, and its quads at q.
-  auto columns = [&](int64_t t, int64_t d, int64_t valid, int64_t q, const TokenQuads& quads, VF (&gx)[kN], VF& gho) {
+  auto columns = [&](int64_t t, int64_t d, int64_t valid, int64_t q, const TokenQuads& quads, VF (&gx)[kN],
+                     VF& gho) HWY_ATTR MHC_INLINE_LAMBDA {
     const float* h_post = o.h_post.at(t);
     const float* H = s.has_h_res ? o.h_res.at(t) : nullptr;
     VF g[kN];
     for (int j = 0; j < kN; ++j) g[j] = LoadColumns<T>(df, o.grad_out.data, o.grad_out.at(t, j) + d, valid, pad);
     for (int i = 0; i < kN; ++i) {
       if (H != nullptr) {
-        gx[i] = hn::Zero(df);
-        for (int j = 0; j < kN; ++j) gx[i] = hn::Add(gx[i], hn::Mul(hn::Set(df, H[i * kN + j]), g[j]));
+        gx[i] = hn::Mul(hn::Set(df, H[i * kN]), g[0]);
+        for (int j = 1; j < kN; ++j) gx[i] = hn::Add(gx[i], hn::Mul(hn::Set(df, H[i * kN + j]), g[j]));
       } else {
         gx[i] = g[i];
       }
     }
-    gho = hn::Zero(df);
-    for (int j = 0; j < kN; ++j) gho = hn::Add(gho, hn::Mul(hn::Set(df, h_post[j]), g[j]));
+    gho = hn::Mul(hn::Set(df, h_post[0]), g[0]);
+    for (int j = 1; j < kN; ++j) gho = hn::Add(gho, hn::Mul(hn::Set(df, h_post[j]), g[j]));
     hn::StoreU(LoadColumns<T>(df, o.h_out.data, o.h_out.at(t, 0) + d, valid, pad), df, quads.h_out + q);
     VF x[kN];
     for (int i = 0; i < kN; ++i) x[i] = LoadColumns<T>(df, o.x.data, o.x.at(t, i) + d, valid, pad);
-    hn::StoreInterleaved4(x[0], x[1], x[2], x[3], df, quads.x + 4 * q);
-    hn::StoreInterleaved4(g[0], g[1], g[2], g[3], df, quads.g + 4 * q);
+    StoreQuads(df, x[0], x[1], x[2], x[3], quads.x + 4 * q);
+    StoreQuads(df, g[0], g[1], g[2], g[3], quads.g + 4 * q);
   };
   // Token t's columns [b0, b1): the outputs, and its quads for the pair sums.
-  auto block = [&](int64_t t, int64_t b0, int64_t b1, const TokenQuads& quads) {
+  auto block = [&](int64_t t, int64_t b0, int64_t b1, const TokenQuads& quads) HWY_ATTR MHC_INLINE_LAMBDA {
     int64_t d = b0;
     if constexpr (T == DType::bf16) {
       for (; d + 2 * L <= b1; d += 2 * L) {
@@ -241,8 +276,8 @@ void BackwardFour(const PostBackwardOperands& o, int64_t t0, int64_t t1, const T
     for (int64_t b0 = 0; b0 < D; b0 += kQuadBlock) {
       const int64_t b1 = std::min(D, b0 + kQuadBlock);
       for (int q = 0; q < group; ++q) block(t + q, b0, b1, scratch[q]);
-      if (group == 2) AddQuads<2>(df, scratch, b1 - b0, sums);
-      else AddQuads<1>(df, scratch, b1 - b0, sums);
+      if (group == 2) AddQuads<2>(df, scratch, b1 - b0, b0 == 0, sums);
+      else AddQuads<1>(df, scratch, b1 - b0, b0 == 0, sums);
     }
     for (int q = 0; q < group; ++q) {
       HWY_ALIGN float lanes[2][hn::MaxLanes(DF())];
@@ -254,6 +289,8 @@ void BackwardFour(const PostBackwardOperands& o, int64_t t0, int64_t t1, const T
     }
   }
 }
+
+#endif  // HWY_TARGET != HWY_SCALAR
 
 // Any N: grad_x and grad_h_out across columns, the sums over D in the
 // reference's scalar loops (d in order).
@@ -273,28 +310,28 @@ void BackwardTokens(const PostBackwardOperands& o, int64_t t0, int64_t t1, float
       for (int64_t i = 0; i < N; ++i) {
         VF acc;
         if (H != nullptr) {
-          acc = hn::Zero(df);
-          for (int64_t j = 0; j < N; ++j) acc = hn::Add(acc, hn::Mul(hn::Set(df, H[i * N + j]), hn::Load(df, gs + j * L)));
+          acc = hn::Mul(hn::Set(df, H[i * N]), hn::Load(df, gs));
+          for (int64_t j = 1; j < N; ++j) acc = hn::Add(acc, hn::Mul(hn::Set(df, H[i * N + j]), hn::Load(df, gs + j * L)));
         } else {
           acc = hn::Load(df, gs + i * L);
         }
         StoreColumns<GX>(df, acc, o.grad_x.data, o.grad_x.at(t, i) + d, valid, stream);
       }
-      VF acc = hn::Zero(df);
-      for (int64_t j = 0; j < N; ++j) acc = hn::Add(acc, hn::Mul(hn::Set(df, h_post[j]), hn::Load(df, gs + j * L)));
+      VF acc = hn::Mul(hn::Set(df, h_post[0]), hn::Load(df, gs));
+      for (int64_t j = 1; j < N; ++j) acc = hn::Add(acc, hn::Mul(hn::Set(df, h_post[j]), hn::Load(df, gs + j * L)));
       StoreColumns<T>(df, acc, o.grad_h_out.data, o.grad_h_out.at(t, 0) + d, valid, stream);
     }
     auto g = [&](int64_t j, int64_t d) { return core::load_element(o.grad_out.data, T, o.grad_out.at(t, j) + d); };
     if (o.grad_h_res.present())
       for (int64_t i = 0; i < N; ++i)
         for (int64_t j = 0; j < N; ++j) {
-          float acc = 0.0f;
-          for (int64_t d = 0; d < D; ++d) acc = acc + core::load_element(o.x.data, T, o.x.at(t, i) + d) * g(j, d);
+          float acc = core::load_element(o.x.data, T, o.x.at(t, i)) * g(j, 0);
+          for (int64_t d = 1; d < D; ++d) acc = acc + core::load_element(o.x.data, T, o.x.at(t, i) + d) * g(j, d);
           o.grad_h_res.at(t)[i * N + j] = acc;
         }
     for (int64_t j = 0; j < N; ++j) {
-      float acc = 0.0f;
-      for (int64_t d = 0; d < D; ++d) acc = acc + core::load_element(o.h_out.data, T, o.h_out.at(t, 0) + d) * g(j, d);
+      float acc = core::load_element(o.h_out.data, T, o.h_out.at(t, 0)) * g(j, 0);
+      for (int64_t d = 1; d < D; ++d) acc = acc + core::load_element(o.h_out.data, T, o.h_out.at(t, 0) + d) * g(j, d);
       o.grad_h_post.at(t)[j] = acc;
     }
   }
@@ -302,10 +339,11 @@ void BackwardTokens(const PostBackwardOperands& o, int64_t t0, int64_t t1, float
 
 void Backward(const PostBackwardOperands& o, float* scratch, int64_t t0, int64_t t1) {
   const PostShape& s = o.shape;
-  const int64_t L = hn::Lanes(DF());
+  [[maybe_unused]] const int64_t L = hn::Lanes(DF());
   float* base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) / 64 * 64);
   const bool stream = Streams(s, s.grad_x_dtype);
   const bool fp32 = s.grad_x_dtype == DType::fp32;
+#if HWY_TARGET != HWY_SCALAR
   if (s.N == 4 && (L == 8 || L == 16)) {
     const TokenQuads quads[2] = {{base, base + 4 * kQuadBlock, base + 8 * kQuadBlock},
                                  {base + 9 * kQuadBlock, base + 13 * kQuadBlock, base + 17 * kQuadBlock}};
@@ -313,7 +351,11 @@ void Backward(const PostBackwardOperands& o, float* scratch, int64_t t0, int64_t
       if (fp32) return BackwardFour<T, DType::fp32>(o, t0, t1, quads, stream);
       BackwardFour<T, T>(o, t0, t1, quads, stream);
     });
-  } else {
+    if (stream) hwy::FlushStream();
+    return;
+  }
+#endif
+  {
     WithDType(s.x_dtype, [&]<DType T>() {
       if (fp32) return BackwardTokens<T, DType::fp32>(o, t0, t1, base, stream);
       BackwardTokens<T, T>(o, t0, t1, base, stream);
