@@ -1,7 +1,10 @@
-// The main job: a realistic MhcPre forward + MhcPreBackward at T=4096, N=4,
-// D=4096 in bf16 with gamma and grad_x_post, through the public C++ API; then a
-// check of a sample of tokens against the float64 reference (the `reference`
-// family, asked for with Options::isa, on the same tokens in fp32), and the timings.
+// The main job: one mHC layer's operators forward and backward at T=4096, N=4,
+// D=4096 in bf16, through the public C++ API: MhcPre (with gamma), MhcSinkhorn
+// (20 iterations), MhcPost around a sub-layer whose output is given, then
+// MhcPostBackward, MhcSinkhornBackward (recomputing from z) and MhcPreBackward
+// with the post's grad_x as grad_x_post; the timings; and a check of a sample of
+// tokens: the pre block against the float64 reference family (Options::isa), the
+// Sinkhorn and the post against float64 loops written here from SPEC §10-§11.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -90,6 +93,62 @@ Check rounded(const char* name, const uint16_t* ours, const std::vector<float>& 
   return c;
 }
 
+// SPEC §10 in float64 for one token: H from z, and grad_z from grad_H.
+void sinkhorn64(const float* z, const float* grad_h, int64_t N, int I, double eps, double* h, double* grad_z) {
+  const int64_t NN = N * N;
+  std::vector<std::vector<double>> states(2 * I, std::vector<double>(NN)), divisors(2 * I, std::vector<double>(N));
+  std::vector<double> P(NN);
+  for (int64_t i = 0; i < N; ++i) {
+    double top = z[i * N], sum = 0;
+    for (int64_t j = 1; j < N; ++j) top = std::max(top, double(z[i * N + j]));
+    for (int64_t j = 0; j < N; ++j) sum += std::exp(z[i * N + j] - top);
+    for (int64_t j = 0; j < N; ++j) P[i * N + j] = std::exp(z[i * N + j] - top) / sum;
+  }
+  states[0] = P;
+  for (auto& e : P) e += eps;
+  for (int k = 1; k < 2 * I; ++k) {
+    for (int64_t a = 0; a < N; ++a) {  // k odd: column a; k even: row a
+      double sum = eps;
+      for (int64_t b = 0; b < N; ++b) sum += k % 2 ? P[b * N + a] : P[a * N + b];
+      divisors[k][a] = sum;
+      for (int64_t b = 0; b < N; ++b) (k % 2 ? P[b * N + a] : P[a * N + b]) /= sum;
+    }
+    states[k] = P;
+  }
+  std::vector<double> G(grad_h, grad_h + NN);
+  for (int k = 2 * I - 1; k >= 1; --k)
+    for (int64_t a = 0; a < N; ++a) {
+      double dot = 0;
+      for (int64_t b = 0; b < N; ++b) {
+        const int64_t e = k % 2 ? b * N + a : a * N + b;
+        dot += G[e] * states[k][e];
+      }
+      for (int64_t b = 0; b < N; ++b) {
+        const int64_t e = k % 2 ? b * N + a : a * N + b;
+        G[e] = (G[e] - dot) / divisors[k][a];
+      }
+    }
+  for (int64_t i = 0; i < N; ++i) {
+    double dot = 0;
+    for (int64_t j = 0; j < N; ++j) dot += G[i * N + j] * states[0][i * N + j];
+    for (int64_t j = 0; j < N; ++j) grad_z[i * N + j] = (G[i * N + j] - dot) * states[0][i * N + j];
+  }
+  for (int64_t e = 0; e < NN; ++e) h[e] = P[e];
+}
+
+// fp32 sums of n terms: |error| <= n u sum|terms| (u = 2^-24), the textbook bound
+// for sums in a fixed order; reports the worst error / bound.
+Check summed(const char* name, const float* ours, const std::vector<double>& truth, const std::vector<double>& magnitude,
+             int64_t terms) {
+  Check c{name};
+  for (size_t i = 0; i < truth.size(); ++i) {
+    const double bound = std::max(double(terms) * std::ldexp(1.0, -24) * magnitude[i], 1e-300);
+    c.worst = std::max(c.worst, std::abs(ours[i] - truth[i]) / bound);
+  }
+  c.pass = c.worst <= 1.0;
+  return c;
+}
+
 template <class Fn>
 double median_ms(Fn fn, int runs) {
   std::vector<double> ms;
@@ -113,22 +172,48 @@ void require(const mhc::Status& s) {
 
 int main() {
   const int64_t T = 4096, N = 4, D = 4096, K = N * D, F = 2 * N + N * N, R = N * N;
+  const int I = 20;  // Sinkhorn iterations
+  const double eps = 1e-6;
   Rng rng{0x9e3779b97f4a7c15ull};
-  // Inputs: x and the incoming gradients in bf16, parameters in fp32.
+  // Inputs: x, the sub-layer's output h_out and the incoming gradients in bf16
+  // (grad_x_next: of the layer's output; grad_h_in: what the sub-layer's backward
+  // hands back), parameters in fp32.
   auto x = random_bf16(T * K, rng, 2.0);
   auto phi = random_f32(F * K, rng, 1.0 / std::sqrt(double(K)));
   std::vector<float> alpha = {0.9f, 0.6f, 0.4f};
   auto bias = random_f32(F, rng, 0.5);
   auto gamma = random_f32(K, rng, 0.5, 1.0);
+  auto h_out = random_bf16(T * D, rng, 1.0);
+  auto grad_x_next = random_bf16(T * K, rng, 1.0);
   auto grad_h_in = random_bf16(T * D, rng, 1.0);
-  auto grad_h_post = random_f32(T * N, rng, 1.0);
-  auto grad_h_res = random_f32(T * R, rng, 1.0);
-  auto grad_x_post = random_bf16(T * K, rng, 0.5);
   // Outputs (allocated and touched once, as a training loop would reuse them).
-  std::vector<uint16_t> h_in(T * D), grad_x(T * K);
-  std::vector<float> h_post(T * N), h_res(T * R), inv_rms(T), h_mix(T * F), h_pre(T * N);
+  std::vector<uint16_t> h_in(T * D), x_next(T * K), grad_x_post(T * K), grad_h_out(T * D), grad_x(T * K);
+  std::vector<float> h_post(T * N), h_res(T * R), inv_rms(T), h_mix(T * F), h_pre(T * N), H(T * R);
+  std::vector<float> grad_H(T * R), grad_h_post(T * N), grad_h_res(T * R);
   std::vector<float> grad_phi(F * K), grad_alpha(3), grad_bias(F), grad_gamma(K);
 
+  auto sinkhorn = [&] {
+    require(mhc::sinkhorn_forward({TensorView(h_res.data(), DType::fp32, {T, N, N}), eps, I},
+                                  {TensorView(H.data(), DType::fp32, {T, N, N})}));
+  };
+  auto post = [&] {
+    require(mhc::post_forward({TensorView(x.data(), DType::bf16, {T, N, D}), TensorView(H.data(), DType::fp32, {T, N, N}),
+                               TensorView(h_out.data(), DType::bf16, {T, D}), TensorView(h_post.data(), DType::fp32, {T, N})},
+                              {TensorView(x_next.data(), DType::bf16, {T, N, D})}));
+  };
+  auto post_backward = [&] {
+    require(mhc::post_backward(
+        {TensorView(grad_x_next.data(), DType::bf16, {T, N, D}), TensorView(x.data(), DType::bf16, {T, N, D}),
+         TensorView(H.data(), DType::fp32, {T, N, N}), TensorView(h_out.data(), DType::bf16, {T, D}),
+         TensorView(h_post.data(), DType::fp32, {T, N})},
+        {TensorView(grad_x_post.data(), DType::bf16, {T, N, D}), TensorView(grad_H.data(), DType::fp32, {T, N, N}),
+         TensorView(grad_h_out.data(), DType::bf16, {T, D}), TensorView(grad_h_post.data(), DType::fp32, {T, N})}));
+  };
+  auto sinkhorn_backward = [&] {  // from z alone: the forward is recomputed per token
+    require(mhc::sinkhorn_backward({TensorView(grad_H.data(), DType::fp32, {T, N, N}), std::nullopt, std::nullopt,
+                                    TensorView(h_res.data(), DType::fp32, {T, N, N}), eps, I},
+                                   {TensorView(grad_h_res.data(), DType::fp32, {T, N, N})}));
+  };
   auto forward = [&](int64_t tokens, int64_t first) {
     const mhc::PreForwardInputs in{
         TensorView(x.data() + first * K, DType::bf16, {tokens, N, D}),
@@ -164,15 +249,26 @@ int main() {
   };
 
   std::printf("mhc %s, kernels: %s\n", mhc_version(), mhc::isa());
-  std::printf("MhcPre + MhcPreBackward: T=%lld tokens [T,N,D]=[%lld,%lld,%lld] bf16, F=%lld (2N+N*N), "
-              "gamma, grad_x_post\n", (long long)T, (long long)T, (long long)N, (long long)D, (long long)F);
-  forward(T, 0);  // warm-up (first touch of the outputs and workspace)
-  backward(T, 0);
-  const double fwd_ms = median_ms([&] { forward(T, 0); }, 5);
-  const double bwd_ms = median_ms([&] { backward(T, 0); }, 5);
+  std::printf("one mHC layer: T=%lld tokens, x [T,N,D]=[%lld,%lld,%lld] bf16, F=%lld (2N+N*N), gamma, "
+              "%d Sinkhorn iterations\n", (long long)T, (long long)T, (long long)N, (long long)D, (long long)F, I);
+  std::printf("  forward : MhcPre -> MhcSinkhorn(h_res) -> [sub-layer: h_out given] -> MhcPost\n");
+  std::printf("  backward: MhcPostBackward -> MhcSinkhornBackward (from z) -> MhcPreBackward (grad_x_post = "
+              "the post's grad_x)\n");
+  // Warm-up in the layer's order (first touch of outputs and workspace), then each timed.
+  forward(T, 0), sinkhorn(), post(), post_backward(), sinkhorn_backward(), backward(T, 0);
+  const double pre_ms = median_ms([&] { forward(T, 0); }, 5), sinkhorn_ms = median_ms(sinkhorn, 5);
+  const double post_ms = median_ms(post, 5), post_bwd_ms = median_ms(post_backward, 5);
+  const double sinkhorn_bwd_ms = median_ms(sinkhorn_backward, 5), pre_bwd_ms = median_ms([&] { backward(T, 0); }, 5);
   const double fwd_gflop = 2.0 * T * F * K * 1e-9, bwd_gflop = 4.0 * T * F * K * 1e-9;
-  std::printf("forward : %8.2f ms  (%6.1f GFLOP/s)\n", fwd_ms, fwd_gflop / fwd_ms * 1e3);
-  std::printf("backward: %8.2f ms  (%6.1f GFLOP/s)\n", bwd_ms, bwd_gflop / bwd_ms * 1e3);
+  const double post_gb = (2.0 * T * K * 2 + T * D * 2) * 1e-9, post_bwd_gb = (3.0 * T * K * 2 + 2.0 * T * D * 2) * 1e-9;
+  std::printf("MhcPre              : %8.2f ms  (%6.1f GFLOP/s)\n", pre_ms, fwd_gflop / pre_ms * 1e3);
+  std::printf("MhcSinkhorn         : %8.2f ms\n", sinkhorn_ms);
+  std::printf("MhcPost             : %8.2f ms  (%6.1f GB/s)\n", post_ms, post_gb / post_ms * 1e3);
+  std::printf("MhcPostBackward     : %8.2f ms  (%6.1f GB/s)\n", post_bwd_ms, post_bwd_gb / post_bwd_ms * 1e3);
+  std::printf("MhcSinkhornBackward : %8.2f ms  (recomputing the forward)\n", sinkhorn_bwd_ms);
+  std::printf("MhcPreBackward      : %8.2f ms  (%6.1f GFLOP/s)\n", pre_bwd_ms, bwd_gflop / pre_bwd_ms * 1e3);
+  std::printf("layer forward %.2f ms, backward %.2f ms\n", pre_ms + sinkhorn_ms + post_ms,
+              post_bwd_ms + sinkhorn_bwd_ms + pre_bwd_ms);
 
   // Check: a sample of 64 tokens inside the batch against the float64 reference
   // family on the same tokens, widened to fp32 (exactly), its outputs rounded once
@@ -223,6 +319,47 @@ int main() {
             std::abs(from_h_in) + std::abs(post) + std::abs(rgrad_x[(t * N + n) * D + d] - from_h_in - post);
       }
 
+  // The Sinkhorn and the post on the same tokens, in float64 from SPEC's formulas.
+  std::vector<float> h64f(S * R), grad_z64f(S * R);
+  for (int64_t t = 0; t < S; ++t) {
+    double h64[64], grad_z64[64];
+    sinkhorn64(h_res.data() + (first + t) * R, grad_H.data() + (first + t) * R, N, I, eps, h64, grad_z64);
+    for (int64_t e = 0; e < R; ++e) h64f[t * R + e] = float(h64[e]), grad_z64f[t * R + e] = float(grad_z64[e]);
+  }
+  std::vector<float> x_next64(S * K), grad_x_post64(S * K), grad_h_out64(S * D);
+  std::vector<double> x_next_magnitude(S * K, 0.0), grad_x_post_magnitude(S * K, 0.0), grad_h_out_magnitude(S * D, 0.0);
+  std::vector<double> grad_H64(S * R, 0.0), grad_H_magnitude(S * R, 0.0), grad_h_post64(S * N, 0.0),
+      grad_h_post_magnitude(S * N, 0.0);
+  const std::vector<float> h_out32 = widened(h_out.data() + first * D, S * D);
+  const std::vector<float> g32 = widened(grad_x_next.data() + first * K, S * K);
+  for (int64_t t = 0; t < S; ++t) {
+    const float* Ht = H.data() + (first + t) * R;
+    const float* hp = h_post.data() + (first + t) * N;
+    for (int64_t d = 0; d < D; ++d) {
+      const double ho = h_out32[t * D + d];
+      double gho = 0, gho_magnitude = 0;
+      for (int64_t j = 0; j < N; ++j) {
+        double out = hp[j] * ho, out_magnitude = std::abs(hp[j] * ho), gx = 0, gx_magnitude = 0;
+        for (int64_t i = 0; i < N; ++i) {
+          const double xi = x32[(t * N + i) * D + d];
+          out += Ht[i * N + j] * xi, out_magnitude += std::abs(Ht[i * N + j] * xi);  // H transposed
+          const double g = g32[(t * N + i) * D + d];
+          gx += Ht[j * N + i] * g, gx_magnitude += std::abs(Ht[j * N + i] * g);    // grad_x[j] = sum_i H[j, i] g[i]
+        }
+        x_next64[(t * N + j) * D + d] = float(out), x_next_magnitude[(t * N + j) * D + d] = out_magnitude;
+        grad_x_post64[(t * N + j) * D + d] = float(gx), grad_x_post_magnitude[(t * N + j) * D + d] = gx_magnitude;
+        const double g = g32[(t * N + j) * D + d];
+        gho += hp[j] * g, gho_magnitude += std::abs(hp[j] * g);
+        grad_h_post64[t * N + j] += ho * g, grad_h_post_magnitude[t * N + j] += std::abs(ho * g);
+        for (int64_t i = 0; i < N; ++i) {
+          const double xg = double(x32[(t * N + i) * D + d]) * g;
+          grad_H64[t * R + i * N + j] += xg, grad_H_magnitude[t * R + i * N + j] += std::abs(xg);
+        }
+      }
+      grad_h_out64[t * D + d] = float(gho), grad_h_out_magnitude[t * D + d] = gho_magnitude;
+    }
+  }
+
   const Check checks[] = {
       rounded("h_in", h_in.data() + first * D, rh_in, h_in_magnitude),
       normwise("h_post", h_post.data() + first * N, rh_post),
@@ -234,12 +371,26 @@ int main() {
       normwise("grad_phi", grad_phi.data(), rgrad_phi),
       normwise("grad_alpha", grad_alpha.data(), rgrad_alpha),
       normwise("grad_bias", grad_bias.data(), rgrad_bias),
-      normwise("grad_gamma", grad_gamma.data(), rgrad_gamma)};
+      normwise("grad_gamma", grad_gamma.data(), rgrad_gamma),
+      normwise("H", H.data() + first * R, h64f),
+      normwise("grad_z", grad_h_res.data() + first * R, grad_z64f),
+      rounded("x_next", x_next.data() + first * K, x_next64, x_next_magnitude),
+      rounded("grad_x_post", grad_x_post.data() + first * K, grad_x_post64, grad_x_post_magnitude),
+      summed("grad_H", grad_H.data() + first * R, grad_H64, grad_H_magnitude, D),
+      rounded("grad_h_out", grad_h_out.data() + first * D, grad_h_out64, grad_h_out_magnitude),
+      summed("grad_h_post", grad_h_post.data() + first * N, grad_h_post64, grad_h_post_magnitude, D)};
   bool all = true;
-  std::printf("check vs float64 reference on tokens %lld..%lld:\n", (long long)first, (long long)(first + S - 1));
+  std::printf("check on tokens %lld..%lld: MhcPre's outputs against the float64 reference family, the Sinkhorn's "
+              "and the post's against float64 loops from SPEC:\n", (long long)first, (long long)(first + S - 1));
   for (const Check& c : checks) {
-    const bool is_rounded = c.name == std::string_view("h_in") || c.name == std::string_view("grad_x");
-    std::printf("  %-10s %s %.3g %s\n", c.name, is_rounded ? "worst error / allowed (1 bf16 ulp):" : "normwise relative error:",
+    const std::string_view name = c.name;
+    const bool is_rounded = name == "h_in" || name == "grad_x" || name == "x_next" || name == "grad_x_post" ||
+                            name == "grad_h_out";
+    const bool is_summed = name == "grad_H" || name == "grad_h_post";
+    std::printf("  %-12s %s %.3g %s\n", c.name,
+                is_rounded ? "worst error / allowed (1 bf16 ulp):"
+                : is_summed ? "worst error / fp32 sum bound (D u sum|terms|):"
+                            : "normwise relative error:",
                 c.worst, c.pass ? "ok" : "FAIL");
     all = all && c.pass;
   }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The benchmark, end to end (see docs/performance.md):
 #   setup -> build -> mhc-bench (roofline probes + C++ timings, JSON)
-#   -> bench/torch_eager.py (PyTorch eager vs our Python face, merged into the JSON)
+#   -> bench/torch_eager.py and bench/torch_eager_layer.py (PyTorch eager vs our
+#      Python face, merged into the JSON)
 #   -> bench/plot.py (summary table + docs/performance.png).
 # Arguments go to mhc-bench, e.g. `scripts/bench.sh --shapes a,d --runs 5 --threads 2`.
 # Environment: MHC_BUILD_DIR (default build), MHC_BENCH_JSON (default
@@ -37,6 +38,11 @@ if [ "${MHC_BENCH_SKIP_TORCH:-0}" != 1 ]; then
   LD_LIBRARY_PATH="$openblas_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     MHC_LIBRARY="$build_dir/src/libmhc.so" \
     "$python" bench/torch_eager.py --json "$json"
+  echo
+  echo "== PyTorch eager vs mhc's Python face: the layer operators =="
+  LD_LIBRARY_PATH="$openblas_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    MHC_LIBRARY="$build_dir/src/libmhc.so" \
+    "$python" bench/torch_eager_layer.py --json "$json"
 fi
 
 echo
