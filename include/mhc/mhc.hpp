@@ -226,7 +226,8 @@ struct PreSinkhornForwardInputs {
 };
 struct PreSinkhornForwardOutputs {
   TensorView h_in, h_post, h_res;  // h_res: [.., N, N] or [.., N*N]
-  // The backward's caches, all five or none: pre_forward's and sinkhorn_forward's.
+  // The backward's caches, all five or none: pre_forward's (inv_rms [..] or CANN's
+  // [.., 1]) and sinkhorn_forward's (CANN's shapes: P = N).
   std::optional<TensorView> inv_rms, h_mix, h_pre, norm_out, sum_out;
 };
 MHC_API Status pre_sinkhorn_forward(const PreSinkhornForwardInputs& in, const PreSinkhornForwardOutputs& out,
@@ -237,7 +238,7 @@ MHC_API Status pre_sinkhorn_forward(const PreSinkhornForwardInputs& in, const Pr
 struct PreSinkhornBackwardInputs {
   TensorView grad_h_in, grad_h_post, grad_h_res;
   TensorView x, phi, alpha, bias;
-  TensorView h_pre, h_mix, inv_rms, sum_out, norm_out;
+  TensorView h_pre, h_mix, inv_rms, sum_out, norm_out;  // inv_rms [..] or [.., 1]
 };
 struct PreSinkhornBackwardOutputs {
   TensorView grad_x, grad_phi, grad_alpha, grad_bias;

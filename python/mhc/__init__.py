@@ -1,4 +1,5 @@
-"""mhc: the mHC pre-block operators (MhcPre, MhcPreBackward) on CPU torch tensors.
+"""mhc: the operators of an mHC layer on CPU torch tensors: MhcPre, MhcSinkhorn, MhcPost,
+CANN's fused MhcPreSinkhorn, and their backwards.
 
     h_in, h_post, h_res, inv_rms, h_mix, h_pre = mhc.npu_mhc_pre(x, phi, alpha, bias, out_flag=1)
     # inner_precise=1: h_mix's product on HF32-rounded operands (SPEC §7)
@@ -10,6 +11,14 @@
 npu_mhc_pre is differentiable as well (the same autograd rule, MhcPreFunction) when an
 input requires grad; its caches inv_rms, h_mix, h_pre are non-differentiable outputs.
 
+The rest of the layer (SPEC §10-§13), each forward differentiable too:
+
+    H, norm_out, sum_out = mhc.npu_mhc_sinkhorn(h_res, num_iters=20, out_flag=1)
+    grad_z = mhc.npu_mhc_sinkhorn_backward(grad_H, norm_out, sum_out)
+    x_next = mhc.npu_mhc_post(x, H, h_out, h_post)           # H enters transposed
+    grad_x, grad_H, grad_h_out, grad_h_post = mhc.npu_mhc_post_backward(g, x, H, h_out, h_post)
+    h_in, h_post, H = mhc.mhc_pre_sinkhorn(x, phi, alpha, bias, hc_mult=N)   # CANN's fused pair
+
     mhc.set_isa("portable")   # the kernel family of later calls (None: back to the default)
     mhc.isa(), mhc.available_isas()
 
@@ -17,8 +26,11 @@ The native library is bound through its C ABI with ctypes (see _lib.py).
 """
 from . import _lib
 from ._core import available_isas, isa, set_isa
-from .autograd import MhcPreFunction, mhc_head, mhc_pre
-from .ops import get_num_threads, npu_mhc_pre, npu_mhc_pre_backward, set_num_threads
+from .autograd import (MhcPostFunction, MhcPreFunction, MhcPreSinkhornFunction, MhcSinkhornFunction,
+                       mhc_head, mhc_pre)
+from .ops import (get_num_threads, mhc_pre_sinkhorn, mhc_pre_sinkhorn_backward, npu_mhc_post,
+                  npu_mhc_post_backward, npu_mhc_pre, npu_mhc_pre_backward, npu_mhc_sinkhorn,
+                  npu_mhc_sinkhorn_backward, set_num_threads)
 from ._output_cache import get_output_cache, set_output_cache
 from . import nn  # mhc.nn.MhcPre, the pre block as a torch.nn.Module
 
@@ -26,6 +38,9 @@ __version__ = _lib.version()
 
 __all__ = [
     "npu_mhc_pre", "npu_mhc_pre_backward", "mhc_pre", "mhc_head", "MhcPreFunction",
+    "npu_mhc_sinkhorn", "npu_mhc_sinkhorn_backward", "MhcSinkhornFunction",
+    "npu_mhc_post", "npu_mhc_post_backward", "MhcPostFunction",
+    "mhc_pre_sinkhorn", "mhc_pre_sinkhorn_backward", "MhcPreSinkhornFunction",
     "set_num_threads", "get_num_threads", "set_output_cache", "get_output_cache",
     "set_isa", "isa", "available_isas", "__version__",
 ]

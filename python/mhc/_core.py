@@ -1,7 +1,9 @@
 """The library calls under the Python face: argument checks, tensor views, options,
-errors, the process settings (threads, kernel family), the forward on checked
-arguments and npu_mhc_pre_backward. ops.py (npu_mhc_pre) and autograd.py
-(MhcPreFunction) are built on this module; it imports neither.
+errors, the process settings (threads, kernel family), each operator's forward on
+checked arguments, and the backwards torch_npu / CANN expose as functions
+(npu_mhc_pre_backward, npu_mhc_sinkhorn_backward, npu_mhc_post_backward,
+mhc_pre_sinkhorn_backward). ops.py (the npu_* forwards, mhc_pre_sinkhorn) and
+autograd.py (their autograd.Functions) are built on this module; it imports neither.
 
 Inputs are handed to the C library as views with their real strides (no copies);
 outputs are allocated here, contiguous, by _output_cache (which reuses the buffers
@@ -127,12 +129,28 @@ def _options(norm_eps, hc_eps, matmul_precision=_lib.MATMUL_FP32):
     return options
 
 
-def _raise_on_error(status):
+def _raise_on_error(status, names=None):
+    """The library's failure as TypeError (a dtype) or ValueError (anything else), with its
+    message. `names` maps the library's name of a tensor to the face's, for the operators
+    whose torch arguments are named otherwise (Sinkhorn's z is npu_mhc_sinkhorn's x): the
+    message's leading "name:" is then the argument's name as the caller wrote it."""
     if status == _lib.OK:
         return
     message, kind = _lib.last_error()
     message = message or f"mhc: call failed with status {status}"
+    if names:
+        head, sep, rest = message.partition(":")
+        if sep and head in names:
+            message = names[head] + sep + rest
     raise (TypeError if kind == _lib.ERROR_DTYPE else ValueError)(message)
+
+
+def _check_out_flag(out_flag):
+    """torch_npu's out_flag: the int 0 or 1 (a bool is refused, as torch's int arguments do)."""
+    if isinstance(out_flag, bool) or not isinstance(out_flag, numbers.Integral):
+        raise TypeError(f"out_flag: expected 0 or 1, got {type(out_flag).__name__}")
+    if out_flag not in (0, 1):
+        raise ValueError(f"out_flag: expected 0 or 1, got {out_flag}")
 
 
 def _token_dims(x):
@@ -184,10 +202,7 @@ def check_pre_args(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag, inner
     _check("gamma", gamma, "fp32", optional=True)
     norm_eps = _eps("norm_eps", norm_eps)
     hc_eps = _eps("hc_eps", hc_eps)
-    if isinstance(out_flag, bool) or not isinstance(out_flag, numbers.Integral):
-        raise TypeError(f"out_flag: expected 0 or 1, got {type(out_flag).__name__}")
-    if out_flag not in (0, 1):
-        raise ValueError(f"out_flag: expected 0 or 1, got {out_flag}")
+    _check_out_flag(out_flag)
     return norm_eps, hc_eps, _matmul_precision(inner_precise)
 
 
@@ -265,3 +280,294 @@ def npu_mhc_pre_backward(x, phi, alpha, grad_h_in, grad_h_post, grad_h_res, inv_
     if grad_gamma is None:
         grad_gamma = torch.zeros((n, d), dtype=f32)
     return grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma
+
+
+# Shared by the layer's other operators (SPEC §10-§12).
+
+_INT64_MAX = 2**63 - 1
+
+
+def _count(shape):
+    total = 1
+    for extent in shape:
+        total *= extent
+    return total
+
+
+def _num_iters(num_iters):
+    """The Sinkhorn's iteration count I: an int >= 1 (a bool is refused)."""
+    if isinstance(num_iters, bool) or not isinstance(num_iters, numbers.Integral):
+        raise TypeError(f"num_iters: expected an int, got {type(num_iters).__name__}")
+    if num_iters < 1 or num_iters > _INT64_MAX:
+        raise ValueError(f"num_iters: expected an int >= 1, got {num_iters}")
+    return int(num_iters)
+
+
+def _check_limit(name, what, count, given):
+    if count > _MAX_ELEMENTS:
+        raise ValueError(f"{name}: expected {what} of at most {_LIMIT_TEXT}, got {given}")
+
+
+def _square_token_dims(x):
+    """Leading per-token dims and N of a Sinkhorn operand [B,S,N,N] / [T,N,N] (rank only:
+    the library checks that the last two dims agree), after the size limit on it."""
+    if x.dim() not in (3, 4):
+        raise ValueError(f"x: expected shape [B,S,N,N] or [T,N,N], got {_dims(x.shape)}")
+    lead = tuple(x.shape[:-2])
+    _check_limit("x", "T*N*N", x.numel(), _dims(x.shape))
+    return lead, x.shape[-2], x.shape[-1]
+
+
+# MhcSinkhorn (SPEC §10).
+
+# The library's tensor names -> npu_mhc_sinkhorn's and npu_mhc_sinkhorn_backward's.
+_SINKHORN_NAMES = {"z": "x", "h_res": "y", "grad_h_res": "grad_y", "grad_z": "grad_x"}
+
+
+def sinkhorn_pitch(n):
+    """The row pitch of npu_mhc_sinkhorn's caches: Na = 8*ceil(N/8), CANN's sizes (SPEC §10)."""
+    return 8 * ((n + 7) // 8)
+
+
+def check_sinkhorn_args(x, eps, num_iters, out_flag):
+    """npu_mhc_sinkhorn's Python-side checks, in argument order; returns (eps, num_iters)."""
+    _check("x", x, "fp32")
+    eps = _eps("eps", eps)
+    num_iters = _num_iters(num_iters)
+    _check_out_flag(out_flag)
+    return eps, num_iters
+
+
+def run_sinkhorn_forward(x, eps, num_iters, with_caches):
+    """The library's MhcSinkhorn on checked arguments: (y, norm_out, sum_out), the caches
+    None unless with_caches (then [2I, *lead, N, Na] and [2I, *lead, Na])."""
+    lead, rows, n = _square_token_dims(x)
+    f32 = torch.float32
+    norm_out = sum_out = None
+    if with_caches:
+        pitch = sinkhorn_pitch(n)
+        slots = 2 * num_iters
+        _check_limit("num_iters", f"the caches' 2*num_iters*T*N*Na (Na = {pitch})",
+                     slots * _count(lead) * rows * pitch, f"num_iters={num_iters} with x {_dims(x.shape)}")
+    y = _outputs.empty(x.shape, f32)
+    if with_caches:
+        norm_out = _outputs.empty((slots,) + lead + (rows, pitch), f32)
+        sum_out = _outputs.empty((slots,) + lead + (pitch,), f32)
+    views = [_view(t) for t in (x, y, norm_out, sum_out)]
+    options = _options(None, 1e-6)
+    status = _lib.sinkhorn_forward(_ptr(views[0]), eps, num_iters, *[_ptr(v) for v in views[1:]],
+                                   ctypes.byref(options))
+    _raise_on_error(status, _SINKHORN_NAMES)
+    return y, norm_out, sum_out
+
+
+def run_sinkhorn_backward(grad_y, norm_out, sum_out, x, eps, num_iters):
+    """The library's MhcSinkhornBackward on checked arguments, from the caches (x None) or
+    from x, eps and num_iters alone (the caches None); the two give the same bits."""
+    if grad_y.dim() not in (3, 4):
+        raise ValueError(f"grad_y: expected shape [B,S,N,N] or [T,N,N], got {_dims(grad_y.shape)}")
+    _check_limit("grad_y", "T*N*N", grad_y.numel(), _dims(grad_y.shape))
+    grad_x = _outputs.empty(grad_y.shape, torch.float32)
+    views = [_view(t) for t in (grad_y, norm_out, sum_out, x)]
+    out = _view(grad_x)
+    options = _options(None, 1e-6)
+    status = _lib.sinkhorn_backward(*[_ptr(v) for v in views], eps, num_iters, _ptr(out),
+                                    ctypes.byref(options))
+    _raise_on_error(status, _SINKHORN_NAMES)
+    return grad_x
+
+
+def npu_mhc_sinkhorn_backward(grad_y, norm_out, sum_out):
+    """MhcSinkhornBackward (SPEC §10) from the caches of npu_mhc_sinkhorn(out_flag=1):
+    grad_x [B,S,N,N] / [T,N,N] fp32, the grad of x given grad_y, the grad of y. The number
+    of iterations is the caches' (2I slots); their row pitch is theirs too."""
+    grad_y = _check("grad_y", grad_y, "fp32")
+    norm_out = _check("norm_out", norm_out, "fp32")
+    sum_out = _check("sum_out", sum_out, "fp32")
+    # The caches carry I (2I slots); eps is not used in the backward from caches.
+    slots = norm_out.shape[0] if norm_out.dim() > 0 else 0
+    num_iters = max(slots // 2, 1)
+    return run_sinkhorn_backward(grad_y, norm_out, sum_out, None, 1e-6, num_iters)
+
+
+# MhcPost (SPEC §11).
+
+_POST_NAMES = {"grad_out": "grad_y"}
+
+
+def check_post_args(x, h_res, h_out, h_post):
+    """npu_mhc_post's Python-side checks, in argument order."""
+    _check("x", x)
+    _check("h_res", h_res, "fp32", optional=True)
+    _check("h_out", h_out)
+    _check("h_post", h_post, "fp32")
+
+
+def _post_dims(x):
+    """(lead, N, D) of MhcPost's x, after the size limits on every output sized from it."""
+    lead, n, d = _token_dims(x)
+    t = _count(lead)
+    _check_limit("x", "T*N*D, T*N*N and T*D", max(t * n * d, t * n * n, t * d), _dims(x.shape))
+    return lead, n, d
+
+
+def run_post_forward(x, h_res, h_out, h_post):
+    """The library's MhcPost on checked arguments: out, x's shape and dtype."""
+    _post_dims(x)
+    out = _outputs.empty(x.shape, x.dtype)
+    views = [_view(t) for t in (x, h_res, h_out, h_post, out)]
+    status = _lib.post_forward(*[_ptr(v) for v in views], ctypes.byref(_options(None, 1e-6)))
+    _raise_on_error(status, _POST_NAMES)
+    return out
+
+
+def _grad_x_dtype(grad_x_dtype, x):
+    if grad_x_dtype is None:
+        return x.dtype
+    if grad_x_dtype not in (x.dtype, torch.float32):
+        raise TypeError(f"grad_x_dtype: expected None, x's dtype ({x.dtype}) or torch.float32, "
+                        f"got {grad_x_dtype!r}")
+    return grad_x_dtype
+
+
+def run_post_backward(grad_y, x, h_res, h_out, h_post, grad_x_dtype, with_grad_h_res=True):
+    """The library's MhcPostBackward on checked arguments: (grad_x, grad_h_res, grad_h_out,
+    grad_h_post); grad_h_res None unless with_grad_h_res."""
+    lead, n, d = _post_dims(x)
+    f32 = torch.float32
+    grad_x = _outputs.empty(x.shape, grad_x_dtype)
+    grad_h_res = _outputs.empty(lead + (n, n), f32) if with_grad_h_res else None
+    grad_h_out = _outputs.empty(lead + (d,), x.dtype)
+    grad_h_post = _outputs.empty(lead + (n,), f32)
+    tensors = (grad_y, x, h_res, h_out, h_post, grad_x, grad_h_res, grad_h_out, grad_h_post)
+    views = [_view(t) for t in tensors]
+    status = _lib.post_backward(*[_ptr(v) for v in views], ctypes.byref(_options(None, 1e-6)))
+    _raise_on_error(status, _POST_NAMES)
+    return grad_x, grad_h_res, grad_h_out, grad_h_post
+
+
+def npu_mhc_post_backward(grad_y, x, h_res, h_out, h_post, *, grad_x_dtype=None):
+    """MhcPostBackward (SPEC §11): (grad_x, grad_h_res, grad_h_out, grad_h_post).
+
+    grad_y is the grad of npu_mhc_post's out (x's shape and dtype); h_res None is the
+    identity. grad_h_res [.., N, N] fp32 is Σ_d x[i,d]·g[j,d], returned with or without h_res
+    (SPEC: "given even without h_res"). grad_x_dtype (our extension, keyword-only): None
+    for x's dtype, or torch.float32 for grad_x unrounded, to feed npu_mhc_pre_backward's
+    grad_x_post; rounded to x's dtype it is the default grad_x, bit for bit.
+    """
+    grad_y = _check("grad_y", grad_y)
+    x = _check("x", x)
+    h_res = _check("h_res", h_res, "fp32", optional=True)
+    h_out = _check("h_out", h_out)
+    h_post = _check("h_post", h_post, "fp32")
+    dtype = _grad_x_dtype(grad_x_dtype, x)
+    return run_post_backward(grad_y, x, h_res, h_out, h_post, dtype)
+
+
+# MhcPreSinkhorn (SPEC §12), CANN's fused pair.
+
+# The library's tensor names -> mhc_pre_sinkhorn_backward's (CANN's cann_ops_transformer).
+_PRE_SINKHORN_NAMES = {"grad_h_in": "grad_hin", "h_mix": "hc_before_norm"}
+
+
+def _check_bool_flag(name, value):
+    """CANN's bool out_flag: True/False, or the int 0/1."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Integral) and value in (0, 1):
+        return bool(value)
+    raise (ValueError if isinstance(value, numbers.Integral) else TypeError)(
+        f"{name}: expected a bool (or 0/1), got {value!r}")
+
+
+def check_pre_sinkhorn_args(x, phi, alpha, bias, hc_mult, num_iters, hc_eps, norm_eps, out_flag):
+    """mhc_pre_sinkhorn's Python-side checks, in argument order; returns (num_iters, hc_eps,
+    norm_eps, out_flag)."""
+    _check("x", x)
+    _check("phi", phi, "fp32")
+    _check("alpha", alpha, "fp32")
+    _check("bias", bias, "fp32")
+    if isinstance(hc_mult, bool) or not isinstance(hc_mult, numbers.Integral):
+        raise TypeError(f"hc_mult: expected an int, got {type(hc_mult).__name__}")
+    _, n, _ = _token_dims(x)
+    if hc_mult != n:
+        raise ValueError(f"hc_mult: expected x's N = {n} (x {_dims(x.shape)}), got {hc_mult}")
+    num_iters = _num_iters(num_iters)
+    hc_eps = _eps("hc_eps", hc_eps)
+    norm_eps = _eps("norm_eps", norm_eps)
+    return num_iters, hc_eps, norm_eps, _check_bool_flag("out_flag", out_flag)
+
+
+def _inv_rms_view(inv_rms, x):
+    """CANN's inv_rms [.., 1] as the library's per-token [..] (a view of the same memory);
+    any other shape as given, for the library to judge."""
+    if inv_rms is not None and inv_rms.dim() == x.dim() - 1 and inv_rms.shape[-1] == 1:
+        return inv_rms[..., 0]
+    return inv_rms
+
+
+def run_pre_sinkhorn_forward(x, phi, alpha, bias, num_iters, hc_eps, norm_eps, with_caches):
+    """The library's MhcPreSinkhorn on checked arguments, in CANN's order and shapes:
+    (h_in, h_post, h_res, h_pre, hc_before_norm, inv_rms, sum_out, norm_out), the last five
+    None unless with_caches. h_res [.., N*N]; h_pre [.., N]; hc_before_norm = h_mix [.., F];
+    inv_rms [.., 1]; sum_out [2I, .., N]; norm_out [2I, .., N, N]."""
+    lead, n, d, f = _output_dims(x, phi)
+    f32 = torch.float32
+    tokens = _count(lead)
+    slots = 2 * num_iters
+    if with_caches:
+        _check_limit("num_iters", "the caches' 2*num_iters*T*N*N", slots * tokens * n * n,
+                     f"num_iters={num_iters} with x {_dims(x.shape)}")
+    h_in = _outputs.empty(lead + (d,), x.dtype)
+    h_post = _outputs.empty(lead + (n,), f32)
+    h_res = _outputs.empty(lead + (n * n,), f32)
+    h_pre = h_mix = inv_rms = sum_out = norm_out = None
+    if with_caches:
+        h_pre = _outputs.empty(lead + (n,), f32)
+        h_mix = _outputs.empty(lead + (f,), f32)
+        inv_rms = _outputs.empty(lead + (1,), f32)
+        sum_out = _outputs.empty((slots,) + lead + (n,), f32)
+        norm_out = _outputs.empty((slots,) + lead + (n, n), f32)
+    inputs = [_view(t) for t in (x, phi, alpha, bias)]
+    # The library's order: h_in, h_post, h_res, then the caches inv_rms, h_mix, h_pre, norm_out, sum_out.
+    outputs = [_view(t) for t in (h_in, h_post, h_res, _inv_rms_view(inv_rms, x), h_mix, h_pre,
+                                  norm_out, sum_out)]
+    options = _options(norm_eps, hc_eps)
+    status = _lib.pre_sinkhorn_forward(*[_ptr(v) for v in inputs], num_iters,
+                                       *[_ptr(v) for v in outputs], ctypes.byref(options))
+    _raise_on_error(status, _PRE_SINKHORN_NAMES)
+    return h_in, h_post, h_res, h_pre, h_mix, inv_rms, sum_out, norm_out
+
+
+def mhc_pre_sinkhorn_backward(grad_hin, grad_h_post, grad_h_res, x, phi, alpha, bias, h_pre,
+                              hc_before_norm, inv_rms, sum_out, norm_out, hc_eps=1e-6):
+    """MhcPreSinkhornBackward (SPEC §12), CANN's cann_ops_transformer signature, fed the
+    caches of mhc_pre_sinkhorn(..., out_flag=True): MhcSinkhornBackward from the caches,
+    then MhcPreBackward (no gamma, no grad_x_post). Returns (grad_x, grad_phi, grad_alpha,
+    grad_bias). hc_eps must be the forward's (it recovers σ from h_pre, SPEC §3)."""
+    grad_hin = _check("grad_hin", grad_hin)
+    grad_h_post = _check("grad_h_post", grad_h_post, "fp32")
+    grad_h_res = _check("grad_h_res", grad_h_res, "fp32")
+    x = _check("x", x)
+    phi = _check("phi", phi, "fp32")
+    alpha = _check("alpha", alpha, "fp32")
+    bias = _check("bias", bias, "fp32")
+    h_pre = _check("h_pre", h_pre, "fp32")
+    hc_before_norm = _check("hc_before_norm", hc_before_norm, "fp32")
+    inv_rms = _check("inv_rms", inv_rms, "fp32")
+    sum_out = _check("sum_out", sum_out, "fp32")
+    norm_out = _check("norm_out", norm_out, "fp32")
+    hc_eps = _eps("hc_eps", hc_eps)
+
+    f32 = torch.float32
+    _, n, d, f = _output_dims(x, phi)
+    grad_x = _outputs.empty(x.shape, x.dtype)
+    grad_phi = _outputs.empty((f, n * d), f32)
+    grad_alpha = _outputs.empty(alpha.shape if alpha.numel() <= 3 else (3,), f32)
+    grad_bias = _outputs.empty((f,), f32)
+    tensors = (grad_hin, grad_h_post, grad_h_res, x, phi, alpha, bias, h_pre, hc_before_norm,
+               _inv_rms_view(inv_rms, x), sum_out, norm_out, grad_x, grad_phi, grad_alpha, grad_bias)
+    views = [_view(t) for t in tensors]
+    status = _lib.pre_sinkhorn_backward(*[_ptr(v) for v in views], ctypes.byref(_options(None, hc_eps)))
+    _raise_on_error(status, _PRE_SINKHORN_NAMES)
+    return grad_x, grad_phi, grad_alpha, grad_bias

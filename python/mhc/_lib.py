@@ -119,6 +119,48 @@ lib.mhc_pre_forward.restype = ctypes.c_int
 lib.mhc_pre_backward.argtypes = [_T] * 17 + [_O]
 lib.mhc_pre_backward.restype = ctypes.c_int
 
+
+class _Missing:
+    """Stands in for a function the loaded library does not export (a libmhc.so built
+    before that operator existed): calling it is an ImportError naming it, while the
+    operators the library has keep working."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __call__(self, *args):
+        raise ImportError(f"mhc: the loaded native library has no {self.name} (it predates that "
+                          f"operator); {_BUILD_HINT}")
+
+
+def _bind(name, argtypes):
+    """lib.<name> with its prototype, or a _Missing stand-in."""
+    try:
+        fn = getattr(lib, name)
+    except AttributeError:
+        return _Missing(name)
+    fn.argtypes = argtypes
+    fn.restype = ctypes.c_int
+    return fn
+
+
+# The layer's other operators (SPEC §10-§12).
+# z, eps, num_iters, h_res, norm_out, sum_out, options
+sinkhorn_forward = _bind("mhc_sinkhorn_forward", [_T, ctypes.c_double, ctypes.c_int64, _T, _T, _T, _O])
+# grad_h_res, norm_out, sum_out, z, eps, num_iters, grad_z, options
+sinkhorn_backward = _bind("mhc_sinkhorn_backward",
+                          [_T, _T, _T, _T, ctypes.c_double, ctypes.c_int64, _T, _O])
+# x, h_res, h_out, h_post, out, options
+post_forward = _bind("mhc_post_forward", [_T] * 5 + [_O])
+# grad_out, x, h_res, h_out, h_post, grad_x, grad_h_res, grad_h_out, grad_h_post, options
+post_backward = _bind("mhc_post_backward", [_T] * 9 + [_O])
+# x, phi, alpha, bias, num_iters, h_in, h_post, h_res, inv_rms, h_mix, h_pre, norm_out,
+# sum_out, options
+pre_sinkhorn_forward = _bind("mhc_pre_sinkhorn_forward", [_T] * 4 + [ctypes.c_int64] + [_T] * 8 + [_O])
+# grad_h_in, grad_h_post, grad_h_res, x, phi, alpha, bias, h_pre, h_mix, inv_rms, sum_out,
+# norm_out, grad_x, grad_phi, grad_alpha, grad_bias, options
+pre_sinkhorn_backward = _bind("mhc_pre_sinkhorn_backward", [_T] * 16 + [_O])
+
 lib.mhc_last_error.argtypes = []
 lib.mhc_last_error.restype = ctypes.c_char_p
 lib.mhc_last_error_kind.argtypes = []

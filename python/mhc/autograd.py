@@ -1,9 +1,14 @@
-"""The autograd rule of npu_mhc_pre (SPEC §8), mhc_pre, its three-output form, and
-mhc_head, its one-output form for a one-entry alpha (the head, SPEC §6)."""
+"""The autograd rules: of npu_mhc_pre (SPEC §8), with mhc_pre, its three-output form, and
+mhc_head, its one-output form for a one-entry alpha (the head, SPEC §6); of
+npu_mhc_sinkhorn (SPEC §10), npu_mhc_post (SPEC §11) and mhc_pre_sinkhorn (SPEC §12).
+Each backward is the library's backward operator (once differentiable)."""
 import torch
 from torch.autograd.function import once_differentiable
 
-from ._core import check_pre_args, npu_mhc_pre_backward, run_pre_forward
+from ._core import (check_post_args, check_pre_args, check_pre_sinkhorn_args, check_sinkhorn_args,
+                    mhc_pre_sinkhorn_backward, npu_mhc_pre_backward, run_post_backward,
+                    run_post_forward, run_pre_forward, run_pre_sinkhorn_forward, run_sinkhorn_backward,
+                    run_sinkhorn_forward)
 
 
 class MhcPreFunction(torch.autograd.Function):
@@ -88,3 +93,106 @@ def mhc_head(x, phi, alpha, bias, gamma=None, *, norm_eps=1e-6, hc_eps=1e-6, inn
             f"alpha: mhc_head expects a one-entry alpha (alpha_pre), got {alpha.numel()} entries; "
             "for two or three entries (the pre block's h_post and h_res too) use mhc_pre")
     return MhcPreFunction.apply(x, phi, alpha, bias, gamma, norm_eps, hc_eps, 0, inner_precise)[0]
+
+
+class MhcSinkhornFunction(torch.autograd.Function):
+    """npu_mhc_sinkhorn's rule: y = MhcSinkhorn(x), backward through MhcSinkhornBackward.
+
+    apply(x, eps, num_iters, out_flag=0) returns y, and with out_flag=1 (y, norm_out,
+    sum_out), the caches non-differentiable outputs that the backward reads (modifying them
+    in place makes backward an error). With out_flag=0 nothing but x is kept: the backward
+    recomputes each token's forward from x (the same bits as from the caches, SPEC §10).
+    """
+
+    @staticmethod
+    def forward(ctx, x, eps, num_iters, out_flag=0):
+        eps, num_iters = check_sinkhorn_args(x, eps, num_iters, out_flag)
+        y, norm_out, sum_out = run_sinkhorn_forward(x, eps, num_iters, with_caches=bool(out_flag))
+        ctx.set_materialize_grads(False)
+        ctx.eps, ctx.num_iters = eps, num_iters
+        if not out_flag:
+            ctx.save_for_backward(x, None, None)
+            return y
+        ctx.save_for_backward(None, norm_out, sum_out)
+        ctx.mark_non_differentiable(norm_out, sum_out)
+        return y, norm_out, sum_out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_y, *grads_of_caches):
+        no_grads_of_options = (None,) * (len(ctx.needs_input_grad) - 1)
+        if grad_y is None or not ctx.needs_input_grad[0]:
+            return (None,) + no_grads_of_options
+        x, norm_out, sum_out = ctx.saved_tensors
+        grad_x = run_sinkhorn_backward(grad_y, norm_out, sum_out, x, ctx.eps, ctx.num_iters)
+        return (grad_x,) + no_grads_of_options
+
+
+class MhcPostFunction(torch.autograd.Function):
+    """npu_mhc_post's rule: out = MhcPost(x, h_res, h_out, h_post), differentiable in all four
+    (h_res may be None: the identity), backward through MhcPostBackward; grad_x in x's
+    dtype, grad_h_res computed only when h_res requires grad."""
+
+    @staticmethod
+    def forward(ctx, x, h_res, h_out, h_post):
+        check_post_args(x, h_res, h_out, h_post)
+        out = run_post_forward(x, h_res, h_out, h_post)
+        ctx.save_for_backward(x, h_res, h_out, h_post)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        needs = ctx.needs_input_grad
+        if not any(needs):
+            return (None,) * 4
+        x, h_res, h_out, h_post = ctx.saved_tensors
+        grads = run_post_backward(grad_out, x, h_res, h_out, h_post, x.dtype,
+                                  with_grad_h_res=needs[1] and h_res is not None)
+        return tuple(g if need else None for g, need in zip(grads, needs))
+
+
+class MhcPreSinkhornFunction(torch.autograd.Function):
+    """mhc_pre_sinkhorn's rule (CANN's MhcPreSinkhornFunction): the forward with its caches,
+    the backward through MhcPreSinkhornBackward.
+
+    apply(x, phi, alpha, bias, hc_mult, num_iters, hc_eps, norm_eps, out_flag=False) returns
+    (h_in, h_post, h_res), and with out_flag also the caches (h_pre, hc_before_norm, inv_rms,
+    sum_out, norm_out): non-differentiable outputs, the backward's saved state. Gradients
+    flow from h_in, h_post, h_res into x, phi, alpha and bias.
+    """
+
+    @staticmethod
+    def forward(ctx, x, phi, alpha, bias, hc_mult, num_iters, hc_eps, norm_eps, out_flag=False):
+        num_iters, hc_eps, norm_eps, out_flag = check_pre_sinkhorn_args(
+            x, phi, alpha, bias, hc_mult, num_iters, hc_eps, norm_eps, out_flag)
+        outputs = run_pre_sinkhorn_forward(x, phi, alpha, bias, num_iters, hc_eps, norm_eps,
+                                           with_caches=True)
+        h_in, h_post, h_res, h_pre, h_mix, inv_rms, sum_out, norm_out = outputs
+        ctx.save_for_backward(x, phi, alpha, bias, h_pre, h_mix, inv_rms, sum_out, norm_out)
+        ctx.hc_eps = hc_eps
+        ctx.shapes = (h_in.shape, h_post.shape, h_res.shape)
+        ctx.set_materialize_grads(False)
+        if not out_flag:
+            return h_in, h_post, h_res
+        ctx.mark_non_differentiable(h_pre, h_mix, inv_rms, sum_out, norm_out)
+        return outputs
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_h_in, grad_h_post, grad_h_res, *grads_of_caches):
+        needs = ctx.needs_input_grad
+        no_grads_of_options = (None,) * (len(needs) - 4)  # hc_mult, num_iters, hc_eps, norm_eps[, out_flag]
+        if not any(needs[:4]):
+            return (None,) * 4 + no_grads_of_options
+        x, phi, alpha, bias, h_pre, h_mix, inv_rms, sum_out, norm_out = ctx.saved_tensors
+        in_shape, post_shape, res_shape = ctx.shapes
+        if grad_h_in is None:
+            grad_h_in = torch.zeros(in_shape, dtype=x.dtype)
+        if grad_h_post is None:
+            grad_h_post = torch.zeros(post_shape, dtype=torch.float32)
+        if grad_h_res is None:
+            grad_h_res = torch.zeros(res_shape, dtype=torch.float32)
+        grads = mhc_pre_sinkhorn_backward(grad_h_in, grad_h_post, grad_h_res, x, phi, alpha, bias, h_pre,
+                                          h_mix, inv_rms, sum_out, norm_out, hc_eps=ctx.hc_eps)
+        return tuple(g if need else None for g, need in zip(grads, needs[:4])) + no_grads_of_options

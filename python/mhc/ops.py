@@ -1,14 +1,20 @@
-"""The torch_npu-style functions npu_mhc_pre / npu_mhc_pre_backward on CPU tensors
-(npu_mhc_pre's autograd rule is autograd.MhcPreFunction).
+"""The torch_npu-style functions on CPU tensors: npu_mhc_pre / npu_mhc_pre_backward,
+npu_mhc_sinkhorn / npu_mhc_sinkhorn_backward, npu_mhc_post / npu_mhc_post_backward, and
+CANN's cann_ops_transformer pair mhc_pre_sinkhorn / mhc_pre_sinkhorn_backward. Each
+forward is differentiable: with a graph to record it goes through its autograd.Function
+(MhcPreFunction, MhcSinkhornFunction, MhcPostFunction, MhcPreSinkhornFunction), else it
+calls the library directly.
 
-The library calls, argument checks and npu_mhc_pre_backward itself are in _core.py;
-imports go one way: _lib <- _core <- autograd <- ops.
+The library calls, argument checks and the backward functions themselves are in
+_core.py; imports go one way: _lib <- _core <- autograd <- ops.
 """
 import torch
 
-from ._core import (check_pre_args, get_num_threads, npu_mhc_pre_backward, run_pre_forward,
-                    set_num_threads)
-from .autograd import MhcPreFunction
+from ._core import (check_post_args, check_pre_args, check_pre_sinkhorn_args, check_sinkhorn_args,
+                    get_num_threads, mhc_pre_sinkhorn_backward, npu_mhc_post_backward,
+                    npu_mhc_pre_backward, npu_mhc_sinkhorn_backward, run_post_forward, run_pre_forward,
+                    run_pre_sinkhorn_forward, run_sinkhorn_forward, set_num_threads)
+from .autograd import MhcPostFunction, MhcPreFunction, MhcPreSinkhornFunction, MhcSinkhornFunction
 
 
 def _builds_graph(*inputs):
@@ -48,4 +54,71 @@ def npu_mhc_pre(x, phi, alpha, bias, *, gamma=None, norm_eps=1e-6, hc_eps=1e-6, 
                            with_caches=bool(out_flag))
 
 
-__all__ = ["npu_mhc_pre", "npu_mhc_pre_backward", "set_num_threads", "get_num_threads"]
+def npu_mhc_sinkhorn(x, *, eps=1e-6, num_iters=20, out_flag=0):
+    """MhcSinkhorn (SPEC §10): each token's x [N, N] (fp32, [B,S,N,N] or [T,N,N]) onto the
+    doubly stochastic matrices: a row softmax plus eps, then num_iters column/row
+    normalisations, ending on columns, every divisor plus eps.
+
+    Returns (y, norm_out, sum_out): y fp32 of x's shape; the caches None unless out_flag=1,
+    then norm_out [2I, *x.shape[:-2], N, Na] and sum_out [2I, *x.shape[:-2], Na] fp32 with
+    Na = 8*ceil(N/8) (CANN's sizes; the padding is 0): slot 0 the softmax p and its row sums,
+    slot k the matrix after step k and that step's divisors. Only npu_mhc_sinkhorn_backward
+    (this library's) reads them.
+
+    Differentiable in y for either out_flag (MhcSinkhornFunction): with out_flag=1 the
+    backward reads the caches (non-differentiable outputs, requires_grad False); with
+    out_flag=0 it keeps only x and recomputes each token's forward: N*N floats a token kept
+    (16 at N = 4) instead of 2I*(N*Na+Na) -- the same bits either way.
+    """
+    if _builds_graph(x):
+        outputs = MhcSinkhornFunction.apply(x, eps, num_iters, out_flag)
+        return outputs if isinstance(outputs, tuple) else (outputs, None, None)
+    eps, num_iters = check_sinkhorn_args(x, eps, num_iters, out_flag)
+    return run_sinkhorn_forward(x, eps, num_iters, with_caches=bool(out_flag))
+
+
+def npu_mhc_post(x, h_res, h_out, h_post):
+    """MhcPost (SPEC §11), the residual update: out[j] = h_post[j]·h_out + Σ_i h_res[i, j]·x[i]
+    per token (h_res TRANSPOSED, as CANN, TileKernels and Megatron have it), or
+    x[j] + h_post[j]·h_out when h_res is None; fp32 in SPEC's order, rounded once to x's dtype.
+
+    x [B,S,N,D] or [T,N,D] (bf16, fp16 or fp32), h_res [.., N, N] fp32 or None, h_out [.., D]
+    in x's dtype, h_post [.., N] fp32; out has x's shape and dtype. Differentiable in all
+    inputs (MhcPostFunction, backward npu_mhc_post_backward) when one requires grad.
+    """
+    if _builds_graph(x, h_res, h_out, h_post):
+        return MhcPostFunction.apply(x, h_res, h_out, h_post)
+    check_post_args(x, h_res, h_out, h_post)
+    return run_post_forward(x, h_res, h_out, h_post)
+
+
+def mhc_pre_sinkhorn(x, phi, alpha, bias, hc_mult, num_iters=20, hc_eps=1e-6, norm_eps=1e-6, *,
+                     out_flag=False):
+    """MhcPreSinkhorn (SPEC §12), CANN's fused pair as its cann_ops_transformer extension
+    calls it: MhcPre without gamma, then MhcSinkhorn on h_res with eps = hc_eps; the same
+    bits as that chain. x [B,S,N,D] or [T,N,D]; phi [N*N + 2N, N*D], alpha [3], bias
+    [N*N + 2N] fp32; hc_mult must be x's N.
+
+    Returns (h_in, h_post, h_res), as CANN's wrapper: h_in [.., D] in x's dtype, h_post
+    [.., N], h_res [.., N*N] fp32 (doubly stochastic, row-major). out_flag=True (the
+    keyword-only flag of CANN's operator) returns CANN's eight outputs in its order:
+    (h_in, h_post, h_res, h_pre [.., N], hc_before_norm [.., F] (= h_mix), inv_rms [.., 1],
+    sum_out [2I, .., N], norm_out [2I, .., N, N]), the caches mhc_pre_sinkhorn_backward reads.
+
+    Differentiable (MhcPreSinkhornFunction) when x, phi, alpha or bias requires grad:
+    gradients flow from h_in, h_post and h_res through mhc_pre_sinkhorn_backward; the
+    caches are non-differentiable outputs.
+    """
+    if _builds_graph(x, phi, alpha, bias):
+        return MhcPreSinkhornFunction.apply(x, phi, alpha, bias, hc_mult, num_iters, hc_eps, norm_eps,
+                                            out_flag)
+    num_iters, hc_eps, norm_eps, out_flag = check_pre_sinkhorn_args(
+        x, phi, alpha, bias, hc_mult, num_iters, hc_eps, norm_eps, out_flag)
+    outputs = run_pre_sinkhorn_forward(x, phi, alpha, bias, num_iters, hc_eps, norm_eps,
+                                       with_caches=out_flag)
+    return outputs if out_flag else outputs[:3]
+
+
+__all__ = ["npu_mhc_pre", "npu_mhc_pre_backward", "npu_mhc_sinkhorn", "npu_mhc_sinkhorn_backward",
+           "npu_mhc_post", "npu_mhc_post_backward", "mhc_pre_sinkhorn", "mhc_pre_sinkhorn_backward",
+           "set_num_threads", "get_num_threads"]

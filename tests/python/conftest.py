@@ -354,3 +354,47 @@ def weighted_loss(h_in, h_post, h_res, inp):
     if h_res is not None:
         loss = loss + (h_res * inp["grad_h_res"]).sum()
     return loss
+
+
+# The layer's other operators (SPEC §10-§12): kernel families, token-scaled bounds.
+
+FAMILIES = ("amx", "avx512", "avx2", "portable", "reference")  # best first
+
+# MhcSinkhorn's stated bounds, elementwise, as fractions of the largest |truth| of the
+# element's token (its matrix, or its divisor vector), for logits of order one:
+SINKHORN_FWD_TOL = 2e-6    # y, norm_out, sum_out: ~17 fp32 eps (measured <= 3 eps)
+SINKHORN_GRAD_TOL = 1e-4   # grad_x (measured <= 2e-6)
+
+
+@pytest.fixture
+def isa_family(request):
+    """Runs the test under the kernel family of its parameter (skipped where this build or
+    CPU has none); back to the process default after."""
+    import mhc
+
+    name = request.param
+    if name not in mhc.available_isas():
+        pytest.skip(f"{name}: not run by this build or CPU")
+    mhc.set_isa(name)
+    yield name
+    mhc.set_isa(None)
+
+
+def check_token_scaled(output, ours, truth64, tol, token_dims, case):
+    """Assert |ours - truth| <= tol * (max |truth| over one token's matrix or vector, the
+    dims token_dims) elementwise, and log err / that max. Returns the ratio to the bound."""
+    assert ours.shape == truth64.shape, f"{output}: shape {tuple(ours.shape)} != {tuple(truth64.shape)}"
+    if truth64.numel() == 0:
+        return 0.0
+    err = (ours.to(torch.float64) - truth64).abs()
+    scale = truth64.abs().amax(dim=token_dims, keepdim=True).clamp(min=torch.finfo(torch.float64).tiny)
+    rel = err / scale
+    worst = float(rel.max())
+    ERROR_LOG.record(output, "err / token max |truth|", worst, case)
+    if worst > tol:
+        i = int(rel.flatten().argmax())
+        raise AssertionError(
+            f"{output}: {int((rel > tol).sum())} of {rel.numel()} elements off by more than {tol:g} x their "
+            f"token's max |truth| ({case}); worst at flat {i}: ours {float(ours.flatten()[i])!r} truth "
+            f"{float(truth64.flatten()[i])!r} (err / token max {worst:.3g})")
+    return worst / tol

@@ -1,5 +1,6 @@
-"""The float64 truth for MhcPre, written from SPEC §2 (and §7's HF32 mode) and
-independent of the library.
+"""The float64 truth for MhcPre, written from SPEC §2 (and §7's HF32 mode), and for
+MhcSinkhorn, MhcPost and the fused MhcPreSinkhorn (SPEC §10-§12), independent of the
+library.
 
 Every form of alpha is covered: three entries (F = 2N + R), two (F = 2N, no h_res)
 and one, the head (F = N: h_pre = sigmoid(alpha[0]*r*m + bias) + hc_eps and
@@ -208,3 +209,111 @@ def magnitudes64(x, phi, alpha, bias, gamma, norm_eps, hc_eps, grad_h_in, grad_h
             "grad_bias": gz_mag.sum(dim=0),
             "grad_gamma": ((v.abs() * gu_mag).sum(dim=0).reshape(n, d) if gamma is not None else None),
         }
+
+
+# The rest of the layer (SPEC §10-§12), written from SPEC's formulas.
+
+def sinkhorn64(z, eps=1e-6, num_iters=20, *, with_caches=False):
+    """SPEC §10 in float64, per token on the last two dims of z ([..., N, N]).
+
+    step 0: P = softmax_rows(z) + eps; step 1: columns; then num_iters-1 times rows and
+    columns, every divisor (the row or column sum) plus eps; H = P after step 2I-1.
+    Differentiable by torch autograd (the max subtracted in the softmax is detached: the
+    softmax does not depend on it). with_caches: also (norm, sums), SPEC's caches without
+    padding, [2I, ..., N, N] and [2I, ..., N]: slot 0 the softmax p (without eps) and its
+    row sums Σ_j exp(z_ij - max_j z_ij), slot k the matrix after step k and its divisors.
+    """
+    z = z.to(F64)
+    top = z.detach().amax(dim=-1, keepdim=True)
+    e = torch.exp(z - top)
+    row_sums = e.sum(dim=-1)
+    p = e / row_sums[..., :, None]
+    norms, sums = [p], [row_sums]
+    P = p + eps
+    for step in range(1, 2 * num_iters):
+        if step % 2 == 1:  # columns: c_j = Σ_i P_ij + eps
+            div = P.sum(dim=-2) + eps
+            P = P / div[..., None, :]
+        else:  # rows: r_i = Σ_j P_ij + eps
+            div = P.sum(dim=-1) + eps
+            P = P / div[..., :, None]
+        norms.append(P)
+        sums.append(div)
+    if with_caches:
+        return P, torch.stack(norms), torch.stack(sums)
+    return P
+
+
+def sinkhorn_grad64(z, grad_h, eps=1e-6, num_iters=20):
+    """Autograd truth of MhcSinkhornBackward: d(Σ H·grad_h)/dz in float64."""
+    leaf = z.detach().to(F64).requires_grad_(True)
+    h = sinkhorn64(leaf, eps, num_iters)
+    (grad,) = torch.autograd.grad((h * grad_h.to(F64)).sum(), leaf)
+    return grad
+
+
+def post64(x, h_res, h_out, h_post):
+    """SPEC §11 in float64: out[j, d] = h_post[j]·h_out[d] + Σ_i H[i, j]·x[i, d] (H transposed),
+    or x[j, d] + h_post[j]·h_out[d] without h_res. x [..., N, D], h_res [..., N, N] or None,
+    h_out [..., D], h_post [..., N]."""
+    v = x.to(F64)
+    update = h_post.to(F64)[..., :, None] * h_out.to(F64)[..., None, :]
+    if h_res is None:
+        return v + update
+    return update + torch.einsum("...ij,...id->...jd", h_res.to(F64), v)
+
+
+def post_grads64(x, h_res, h_out, h_post, grad_out):
+    """Autograd truth of MhcPostBackward: the grads of Σ out·grad_out with respect to x,
+    h_res (also without h_res: the grad of a identity h_res), h_out and h_post."""
+    n = x.shape[-2]
+    leaves = [t.detach().to(F64).requires_grad_(True) for t in (x, h_out, h_post)]
+    if h_res is None:  # x + h_post·h_out is the identity matrix's update: its grad is SPEC's
+        eye = torch.eye(n, dtype=F64).expand(x.shape[:-2] + (n, n)).clone().requires_grad_(True)
+        out = post64(leaves[0], eye, leaves[1], leaves[2])
+        h = eye
+    else:
+        h = h_res.detach().to(F64).requires_grad_(True)
+        out = post64(leaves[0], h, leaves[1], leaves[2])
+    gx, gh, gout, gpost = torch.autograd.grad((out * grad_out.to(F64)).sum(), [leaves[0], h] + leaves[1:])
+    return gx, gh, gout, gpost
+
+
+def post_magnitudes64(x, h_res, h_out, h_post, grad_out):
+    """Condition magnitudes of MhcPost's outputs: the sum of |terms| each output's fp32 sum
+    adds (out, grad_x, grad_h_res, grad_h_out, grad_h_post), for error bounds."""
+    v = x.to(F64).abs()
+    g = grad_out.to(F64).abs()
+    ho = h_out.to(F64).abs()
+    hp = h_post.to(F64).abs()
+    n = x.shape[-2]
+    h = (torch.eye(n, dtype=F64) if h_res is None else h_res.to(F64)).abs().expand(x.shape[:-2] + (n, n))
+    return {
+        "out": hp[..., :, None] * ho[..., None, :] + torch.einsum("...ij,...id->...jd", h, v),
+        "grad_x": torch.einsum("...ij,...jd->...id", h, g),
+        "grad_h_res": torch.einsum("...id,...jd->...ij", v, g),
+        "grad_h_out": (hp[..., :, None] * g).sum(dim=-2),
+        "grad_h_post": (ho[..., None, :] * g).sum(dim=-1),
+    }
+
+
+def pre_sinkhorn64(x, phi, alpha, bias, num_iters=20, hc_eps=1e-6, norm_eps=1e-6):
+    """SPEC §12 in float64: MhcPre (no gamma) then MhcSinkhorn on z_res with eps = hc_eps,
+    in CANN's order and shapes: (h_in, h_post, h_res [.., N*N], h_pre, hc_before_norm
+    (= h_mix), inv_rms [.., 1], sum_out [2I, .., N], norm_out [2I, .., N, N])."""
+    n = x.shape[-2]
+    h_in, h_post, z_res, inv_rms, h_mix, h_pre = forward64(x, phi, alpha, bias, None, norm_eps, hc_eps)
+    lead = x.shape[:-2]
+    h, norms, sums = sinkhorn64(z_res.reshape(lead + (n, n)), hc_eps, num_iters, with_caches=True)
+    return (h_in, h_post, h.reshape(h.shape[:-2] + (n * n,)), h_pre, h_mix, inv_rms[..., None], sums, norms)
+
+
+def pre_sinkhorn_grads64(x, phi, alpha, bias, num_iters, hc_eps, norm_eps, grad_h_in, grad_h_post,
+                         grad_h_res):
+    """Autograd truth of MhcPreSinkhornBackward: the grads of Σ h_in·g_in + Σ h_post·g_post +
+    Σ H·g_res with respect to x, phi, alpha, bias."""
+    leaves = [t.detach().to(F64).requires_grad_(True) for t in (x, phi, alpha, bias)]
+    h_in, h_post, h_res = pre_sinkhorn64(*leaves, num_iters, hc_eps, norm_eps)[:3]
+    loss = ((h_in * grad_h_in.to(F64)).sum() + (h_post * grad_h_post.to(F64)).sum()
+            + (h_res * grad_h_res.to(F64).reshape(h_res.shape)).sum())
+    return torch.autograd.grad(loss, leaves)

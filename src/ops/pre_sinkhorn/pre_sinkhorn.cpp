@@ -2,6 +2,8 @@
 // arguments into the two unfused problems, and their runs one after the other
 // over buffers in the workspace: z_res (forward), grad_z and h_post (backward).
 #include <algorithm>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "kernels/common/token_math.hpp"
@@ -37,6 +39,31 @@ core::Strided contiguous_like(const core::Strided& s, void* data) {
     stride *= c.shape[i];
   }
   return c;
+}
+
+// CANN's [.., 1] inv_rms as the pre operators' [..] (other views as they are).
+TensorView without_unit_dim(const TensorView& v, const TensorView& x) {
+  if (v.rank != x.rank - 1 || v.rank < 2 || v.shape[v.rank - 1] != 1) return v;
+  TensorView u = v;
+  u.rank = v.rank - 1;
+  return u;
+}
+
+// phi in the permutation form (F = 2N + N!, SPEC §6) has no N*N residual logits
+// for the Sinkhorn: named before the pre block's checks of the outputs (which would
+// name h_res). Other wrong forms are the pre block's and three_entries' to name.
+Status check_residual_rows(const TensorView& x, const TensorView& phi) {
+  if ((x.rank != 3 && x.rank != 4) || phi.rank != 2) return {};
+  const int64_t N = x.shape[x.rank - 2];
+  if (N < 3 || N > 20) return {};  // N! = N*N for N = 1, 2; beyond 20 it overflows any dim
+  int64_t factorial = 1;
+  for (int64_t i = 2; i <= N; ++i) factorial *= i;
+  const int64_t F = 2 * N + N * N;
+  if (phi.shape[0] == 2 * N + factorial)
+    return shape_error("phi", "[F,N*D] with F = 2N+N*N = " + std::to_string(F) +
+                                  " (the fused pair's Sinkhorn takes N*N residual logits)",
+                       phi);
+  return {};
 }
 
 Status three_entries(const core::Dims& d, const TensorView& alpha) {
@@ -90,9 +117,11 @@ Status validate_forward(const PreSinkhornForwardInputs& in, const PreSinkhornFor
                       "the caches inv_rms, h_mix, h_pre, norm_out, sum_out come all five or none; this one is missing");
   }
   ForwardProblem problem;
+  MHC_RETURN_IF_ERROR(check_residual_rows(in.x, in.phi));
+  std::optional<TensorView> inv_rms = out.inv_rms;
+  if (inv_rms) inv_rms = without_unit_dim(*inv_rms, in.x);
   const PreForwardInputs pre_in{in.x, in.phi, in.alpha, in.bias, std::nullopt};
-  const PreForwardOutputs pre_out{out.h_in, out.h_post, out.h_res, out.inv_rms, out.h_mix,
-                                  out.h_pre};
+  const PreForwardOutputs pre_out{out.h_in, out.h_post, out.h_res, inv_rms, out.h_mix, out.h_pre};
   MHC_RETURN_IF_ERROR(pre_forward::validate(pre_in, pre_out, options, &problem.pre, {.eps_values = rules.eps_values}));
   const core::Dims& d = problem.pre.dims;
   MHC_RETURN_IF_ERROR(three_entries(d, in.alpha));
@@ -116,9 +145,11 @@ Status validate_forward(const PreSinkhornForwardInputs& in, const PreSinkhornFor
 Status validate_backward(const PreSinkhornBackwardInputs& in, const PreSinkhornBackwardOutputs& out,
                          const Options& options, BackwardProblem* p, const Rules& rules) {
   BackwardProblem problem;
+  MHC_RETURN_IF_ERROR(check_residual_rows(in.x, in.phi));
   // h_post is recomputed into the workspace: grad_h_post's view stands for its shape.
-  const PreBackwardInputs pre_in{in.x,       in.phi,    in.alpha, in.grad_h_in, in.grad_h_post, in.grad_h_res,
-                                 in.inv_rms, in.h_mix,  in.h_pre, in.grad_h_post, std::nullopt, std::nullopt};
+  const PreBackwardInputs pre_in{in.x,      in.phi,   in.alpha,       in.grad_h_in,
+                                 in.grad_h_post, in.grad_h_res, without_unit_dim(in.inv_rms, in.x),
+                                 in.h_mix,  in.h_pre, in.grad_h_post, std::nullopt, std::nullopt};
   const PreBackwardOutputs pre_out{out.grad_x, out.grad_phi, out.grad_alpha, out.grad_bias, std::nullopt};
   MHC_RETURN_IF_ERROR(pre_backward::validate(pre_in, pre_out, options, &problem.pre, {.eps_values = rules.eps_values}));
   const core::Dims& d = problem.pre.dims;
@@ -164,14 +195,13 @@ Status run_forward(const ForwardProblem& original, void* workspace, size_t bytes
 Status run_backward(const BackwardProblem& original, void* workspace, size_t bytes, int num_threads) {
   const BackwardLayout l = backward_layout(original, num_threads);
   if (Status s = workspace_error(l.grad_z_bytes + l.h_post_bytes + l.rest, bytes, workspace); !s.ok()) return s;
-  const core::Dims& d = original.pre.dims;
-  if (d.T == 0) return {};
+  const core::Dims& d = original.pre.dims;  // T = 0 still runs pre_backward: zero gradients
   char* base = static_cast<char*>(workspace);
   BackwardProblem p = original;
   p.sinkhorn.grad_z = contiguous_like(original.sinkhorn.grad_z, base);
   p.pre.grad_h_res = contiguous_like(original.pre.grad_h_res, base);
   p.pre.h_post = contiguous_like(original.pre.h_post, base + l.grad_z_bytes);
-  char* rest = base + l.grad_z_bytes + l.h_post_bytes;
+  char* rest = base == nullptr ? nullptr : base + l.grad_z_bytes + l.h_post_bytes;
   MHC_RETURN_IF_ERROR(sinkhorn::run_backward(p.sinkhorn, rest, l.rest, num_threads));
   // h_post = 2 sigma(alpha_post (r m) + bias) from the caches, as the fp32 families' forward forms it.
   const float alpha_post = p.pre.alpha.load(p.pre.alpha.at(0, 1));

@@ -75,7 +75,7 @@ Status check_cache(const char* name, const TensorView& v, const TokenSpace& s, b
   }
   if (!ok) return shape_error(name, expected_label, v);
   int64_t stride = 1;
-  for (int i = v.rank - 1; i >= 0; --i) {
+  for (int i = v.rank - 1; i >= 0 && v.numel() > 0; --i) {  // an empty cache has no layout
     if (v.shape[i] > 1 && v.strides[i] != stride)
       return layout_error(name, "expected a contiguous tensor (the caches' layout is the library's), got strides " +
                                     dims_string(v.strides.data(), v.rank));
