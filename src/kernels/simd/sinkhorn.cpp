@@ -88,6 +88,134 @@ void LoadCacheSlot(const SinkhornCaches& c, const SinkhornShape& s, int64_t k, i
   }
 }
 
+#if HWY_TARGET == HWY_AVX3
+// N = 4 on AVX-512: a block of 16 tokens' 16 entries is a 16 x 16 transpose, so
+// the gathers, scatters and cache slots of full blocks move whole vectors
+// (mhc-bench sinkhorn forward/backward with caches) instead of single floats.
+// The values are moved, never computed: the same bits as the scalar moves.
+constexpr bool kBlockTranspose = true;
+
+// r[i] lane j <-> r[j] lane i.
+HWY_INLINE void Transpose16(__m512 (&r)[16]) {
+  __m512 a[16], b[16];
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // b[4i + m] block c: rows 4i..4i+3 of column 4c + m
+    const __m512d lo = _mm512_castps_pd(a[4 * i]), lo2 = _mm512_castps_pd(a[4 * i + 2]);
+    const __m512d hi = _mm512_castps_pd(a[4 * i + 1]), hi2 = _mm512_castps_pd(a[4 * i + 3]);
+    b[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(lo, lo2));
+    b[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(lo, lo2));
+    b[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(hi, hi2));
+    b[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(hi, hi2));
+  }
+  for (int m = 0; m < 4; ++m) {
+    const __m512 c1 = _mm512_shuffle_f32x4(b[m], b[4 + m], 0x88), c2 = _mm512_shuffle_f32x4(b[m], b[4 + m], 0xdd);
+    const __m512 c3 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0x88);
+    const __m512 c4 = _mm512_shuffle_f32x4(b[8 + m], b[12 + m], 0xdd);
+    r[m] = _mm512_shuffle_f32x4(c1, c3, 0x88);
+    r[8 + m] = _mm512_shuffle_f32x4(c1, c3, 0xdd);
+    r[4 + m] = _mm512_shuffle_f32x4(c2, c4, 0x88);
+    r[12 + m] = _mm512_shuffle_f32x4(c2, c4, 0xdd);
+  }
+}
+
+// 16 tokens' rows of 16 floats <-> rows [16][16] (entry-major).
+HWY_INLINE void GatherSixteen(const TokenRows<const float>& in, int64_t t0, float* rows) {
+  __m512 r[16];
+  for (int l = 0; l < 16; ++l) r[l] = _mm512_loadu_ps(in.at(t0 + l));
+  Transpose16(r);
+  for (int e = 0; e < 16; ++e) _mm512_store_ps(rows + 16 * e, r[e]);
+}
+HWY_INLINE void ScatterSixteen(const float* rows, const TokenRows<float>& out, int64_t t0) {
+  __m512 r[16];
+  for (int e = 0; e < 16; ++e) r[e] = _mm512_load_ps(rows + 16 * e);
+  Transpose16(r);
+  for (int l = 0; l < 16; ++l) _mm512_storeu_ps(out.at(t0 + l), r[l]);
+}
+
+// Slot k of 16 tokens' caches from / into rows [16][16] and divisors [4][16], for
+// pitch 4 (token rows back to back) or 8 (each row of 4 then 4 zeros).
+HWY_INLINE void StoreSlotSixteen(const SinkhornCaches& c, const SinkhornShape& s, int64_t k, int64_t t0,
+                                 const VF (&M)[16], const VF (&divisors)[4]) {
+  __m512 r[16];
+  for (int e = 0; e < 16; ++e) r[e] = M[e].raw;
+  Transpose16(r);
+  float* norm = c.norm_out + (k * s.T + t0) * 4 * s.pitch;
+  float* sum = c.sum_out + (k * s.T + t0) * s.pitch;
+  const DF df;
+  if (s.pitch == 4) {
+    for (int l = 0; l < 16; ++l) _mm512_storeu_ps(norm + 16 * l, r[l]);
+    hn::StoreInterleaved4(divisors[0], divisors[1], divisors[2], divisors[3], df, sum);
+    return;
+  }
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 16, 16, 16, 4, 5, 6, 7, 16, 16, 16, 16);
+  const __m512i second = _mm512_setr_epi32(8, 9, 10, 11, 16, 16, 16, 16, 12, 13, 14, 15, 16, 16, 16, 16);
+  for (int l = 0; l < 16; ++l) {
+    _mm512_storeu_ps(norm + 32 * l, _mm512_permutex2var_ps(r[l], first, zero));
+    _mm512_storeu_ps(norm + 32 * l + 16, _mm512_permutex2var_ps(r[l], second, zero));
+  }
+  HWY_ALIGN float quads[64];
+  hn::StoreInterleaved4(divisors[0], divisors[1], divisors[2], divisors[3], df, quads);
+  for (int l = 0; l < 16; ++l) {
+    _mm_storeu_ps(sum + 8 * l, _mm_load_ps(quads + 4 * l));
+    _mm_storeu_ps(sum + 8 * l + 4, _mm_setzero_ps());
+  }
+}
+HWY_INLINE void LoadSlotSixteen(const SinkhornCaches& c, const SinkhornShape& s, int64_t k, int64_t t0, float* Y,
+                                float* divisors) {
+  const float* norm = c.norm_out + (k * s.T + t0) * 4 * s.pitch;
+  const float* sum = c.sum_out + (k * s.T + t0) * s.pitch;
+  const DF df;
+  __m512 r[16];
+  HWY_ALIGN float quads[64];
+  if (s.pitch == 4) {
+    for (int l = 0; l < 16; ++l) r[l] = _mm512_loadu_ps(norm + 16 * l);
+    std::memcpy(quads, sum, sizeof quads);
+  } else {
+    const __m512i rows = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+    for (int l = 0; l < 16; ++l)
+      r[l] = _mm512_permutex2var_ps(_mm512_loadu_ps(norm + 32 * l), rows, _mm512_loadu_ps(norm + 32 * l + 16));
+    for (int l = 0; l < 16; ++l) _mm_store_ps(quads + 4 * l, _mm_loadu_ps(sum + 8 * l));
+  }
+  Transpose16(r);
+  for (int e = 0; e < 16; ++e) _mm512_store_ps(Y + 16 * e, r[e]);
+  VF d0, d1, d2, d3;
+  hn::LoadInterleaved4(df, quads, d0, d1, d2, d3);
+  hn::Store(d0, df, divisors), hn::Store(d1, df, divisors + 16);
+  hn::Store(d2, df, divisors + 32), hn::Store(d3, df, divisors + 48);
+}
+#else
+constexpr bool kBlockTranspose = false;
+#endif
+
+// The whole-block moves where this target has them (callers check kBlockTranspose).
+template <class VFArray, class DivArray>
+HWY_INLINE void StoreSlotBlock(const SinkhornCaches& c, const SinkhornShape& s, int64_t k, int64_t t0,
+                               const VFArray& M, const DivArray& divisors) {
+#if HWY_TARGET == HWY_AVX3
+  if constexpr (sizeof(M) == sizeof(VF) * 16) StoreSlotSixteen(c, s, k, t0, M, divisors);
+#endif
+}
+HWY_INLINE void LoadSlotBlock(const SinkhornCaches& c, const SinkhornShape& s, int64_t k, int64_t t0, float* Y,
+                              float* divisors) {
+#if HWY_TARGET == HWY_AVX3
+  LoadSlotSixteen(c, s, k, t0, Y, divisors);
+#endif
+}
+HWY_INLINE void GatherBlock(const TokenRows<const float>& in, int64_t t0, float* rows) {
+#if HWY_TARGET == HWY_AVX3
+  GatherSixteen(in, t0, rows);
+#endif
+}
+HWY_INLINE void ScatterBlock(const float* rows, const TokenRows<float>& out, int64_t t0) {
+#if HWY_TARGET == HWY_AVX3
+  ScatterSixteen(rows, out, t0);
+#endif
+}
+
 // The forward of a block whose z is in rows [N*N][L]; store(k, P, divisors) after
 // each step k; returns with H in P. kN is N, fixed so the matrix stays in registers.
 template <int kN, class StoreSlot>
@@ -177,16 +305,19 @@ void ForwardTokensN(const SinkhornForwardOperands& o, float* scratch, int64_t t0
   const BlockScratch b = LayOut(scratch, s);
   for (int64_t t = t0; t < t1; t += L) {
     const int64_t count = std::min(L, t1 - t);
-    Gather(o.z, t, count, NN, b.P);
+    const bool whole = kN == 4 && kBlockTranspose && count == 16;  // a whole AVX-512 block of N = 4
+    const bool whole_slots = whole && (s.pitch == 4 || s.pitch == 8);
+    if (whole) GatherBlock(o.z, t, b.P); else Gather(o.z, t, count, NN, b.P);
     VF P[kN * kN];
     ForwardBlock<kN>(s, b.P, P, [&](int64_t k, const VF(&M)[kN * kN], const VF(&divisors)[kN]) {
       if (!o.caches.present()) return;
+      if (whole_slots) return StoreSlotBlock(o.caches, s, k, t, M, divisors);
       for (int e = 0; e < kN * kN; ++e) hn::Store(M[e], df, b.norm + e * L);
       for (int i = 0; i < kN; ++i) hn::Store(divisors[i], df, b.sum + i * L);
       StoreCacheSlot(o.caches, s, k, t, count, b.norm, b.sum);
     });
     for (int e = 0; e < kN * kN; ++e) hn::Store(P[e], df, b.P + e * L);
-    Scatter(b.P, NN, o.h_res, t, count);
+    if (whole) ScatterBlock(b.P, o.h_res, t); else Scatter(b.P, NN, o.h_res, t, count);
   }
 }
 
@@ -198,24 +329,27 @@ void BackwardTokensN(const SinkhornBackwardOperands& o, float* scratch, int64_t 
   const BlockScratch b = LayOut(scratch, s);
   for (int64_t t = t0; t < t1; t += L) {
     const int64_t count = std::min(L, t1 - t);
+    const bool whole = kN == 4 && kBlockTranspose && count == 16;  // a whole AVX-512 block of N = 4
+    const bool whole_slots = whole && (s.pitch == 4 || s.pitch == 8);
     if (!o.caches.present()) {  // this block's forward into its own caches
-      Gather(o.z, t, count, NN, b.P);
+      if (whole) GatherBlock(o.z, t, b.P); else Gather(o.z, t, count, NN, b.P);
       VF P[kN * kN];
       ForwardBlock<kN>(s, b.P, P, [&](int64_t k, const VF(&M)[kN * kN], const VF(&divisors)[kN]) {
         for (int e = 0; e < kN * kN; ++e) hn::Store(M[e], df, b.norm + (k * NN + e) * L);
         for (int i = 0; i < kN; ++i) hn::Store(divisors[i], df, b.sum + (k * kN + i) * L);
       });
     }
-    Gather(o.grad_h_res, t, count, NN, b.P);
+    if (whole) GatherBlock(o.grad_h_res, t, b.P); else Gather(o.grad_h_res, t, count, NN, b.P);
     BackwardBlock<kN>(s, b.P, [&](int64_t k, const float** Y, const float** div) {
       if (o.caches.present()) {  // slot k into the first slot of the block's own
-        LoadCacheSlot(o.caches, s, k, t, count, b.norm, b.sum);
+        if (whole_slots) LoadSlotBlock(o.caches, s, k, t, b.norm, b.sum);
+        else LoadCacheSlot(o.caches, s, k, t, count, b.norm, b.sum);
         *Y = b.norm, *div = b.sum;
       } else {
         *Y = b.norm + k * NN * L, *div = b.sum + k * kN * L;
       }
     });
-    Scatter(b.P, NN, o.grad_z, t, count);
+    if (whole) ScatterBlock(b.P, o.grad_z, t); else Scatter(b.P, NN, o.grad_z, t, count);
   }
 }
 
