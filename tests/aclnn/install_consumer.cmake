@@ -1,9 +1,11 @@
 # Installs the project to a temporary prefix, then builds and runs CANN-style
 # programs against it: with find_package(mhc) + mhc::aclnn, with plain
 # -I<prefix>/include -lmhc_aclnn (as C and as C++), and with CANN's own link
-# line (-lascendcl -lnnopbase ... : CANN_LIBRARIES, empty when not installed).
-# Run by ctest: cmake -DBUILD_DIR= -DCONSUMER_DIR= -DCANN_PROGRAM= -DCANN_LIBRARIES= -DWORK_DIR= -DLIBDIR=
-#   -DCC= -DCXX= -P install_consumer.cmake
+# line (-lascendcl -lnnopbase ... : CANN_LIBRARIES, empty when not installed);
+# then the layer operators' samples (LAYER_SAMPLES, comma-separated sources,
+# may be empty) with the plain line.
+# Run by ctest: cmake -DBUILD_DIR= -DCONSUMER_DIR= -DCANN_PROGRAM= -DCANN_LIBRARIES= -DLAYER_SAMPLES= -DWORK_DIR=
+#   -DLIBDIR= -DCC= -DCXX= -P install_consumer.cmake
 foreach(var BUILD_DIR CONSUMER_DIR CANN_PROGRAM WORK_DIR LIBDIR CC CXX)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "install_consumer.cmake: ${var} not set")
@@ -53,3 +55,12 @@ if(CANN_LIBRARIES)
       ${cann_link} -Wl,-rpath,${prefix}/${LIBDIR})
   run(${WORK_DIR}/cann_line)
 endif()
+
+# 4. The layer operators' samples (examples/aclnn_mhc_{sinkhorn,post,pre_sinkhorn}*.cpp)
+# against the installed headers and library; each checks its own outputs.
+string(REPLACE "," ";" LAYER_SAMPLES "${LAYER_SAMPLES}")  # passed comma-separated
+foreach(sample ${LAYER_SAMPLES})
+  get_filename_component(name ${sample} NAME_WE)
+  run(${CXX} -std=c++17 -Wall -Wextra -Werror -I${prefix}/include ${sample} -o ${WORK_DIR}/${name} ${link})
+  run(${WORK_DIR}/${name})
+endforeach()

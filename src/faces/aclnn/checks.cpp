@@ -1,7 +1,9 @@
 // The first phase's checks (face.hpp): each reads a tensor's dims, dtype or
 // format and, when it fails, records a message naming the tensor by CANN's
-// parameter name and returns CANN's code.
+// parameter name and returns CANN's code. Also the layer operators' helpers:
+// cache buffers as the core's views, and the core's messages in CANN's names.
 #include <algorithm>
+#include <cctype>
 #include <string>
 
 #include "faces/aclnn/face.hpp"
@@ -43,6 +45,26 @@ const char* dtype_name(int32_t dtype) {
     case ACL_BF16: return "ACL_BF16";
     default: return nullptr;
   }
+}
+
+const char* plain_format_name(int32_t format) {
+  switch (format) {
+    case ACL_FORMAT_NCHW: return "ACL_FORMAT_NCHW";
+    case ACL_FORMAT_NHWC: return "ACL_FORMAT_NHWC";
+    case ACL_FORMAT_ND: return "ACL_FORMAT_ND";
+    case ACL_FORMAT_HWCN: return "ACL_FORMAT_HWCN";
+    case ACL_FORMAT_NDHWC: return "ACL_FORMAT_NDHWC";
+    case ACL_FORMAT_NCDHW: return "ACL_FORMAT_NCDHW";
+    case ACL_FORMAT_NC: return "ACL_FORMAT_NC";
+    case ACL_FORMAT_NCL: return "ACL_FORMAT_NCL";
+    default: return nullptr;
+  }
+}
+
+std::string format_text(int32_t format) {
+  if (const char* name = plain_format_name(format)) return name;
+  if (const char* name = private_format_name(format)) return name;
+  return "aclFormat " + std::to_string(format);
 }
 
 }  // namespace
@@ -96,6 +118,29 @@ TokenDims token_dims(const std::vector<int64_t>& x) {
   t.K = saturated_mul(t.N, t.D);
   t.two_n = saturated_mul(2, t.N);
   return t;
+}
+
+SinkhornCacheDims sinkhorn_cache_dims(const TokenDims& t, int64_t iterations) {
+  SinkhornCacheDims c;
+  c.pitch = t.N > INT64_MAX - 7 ? INT64_MAX : (t.N + 7) / 8 * 8;
+  c.norm = {saturated_mul(2, iterations)};
+  c.norm.insert(c.norm.end(), t.lead.begin(), t.lead.end());
+  c.sum = c.norm;
+  c.norm.insert(c.norm.end(), {t.N, c.pitch});
+  c.sum.push_back(c.pitch);
+  return c;
+}
+
+Shape step_shape(const TokenDims& t, int64_t steps, std::initializer_list<const char*> names,
+                 std::vector<int64_t> inner) {
+  std::vector<const char*> all = {"2I"};
+  if (t.bsnd) all.insert(all.end(), {"B", "S"});
+  else all.push_back("T");
+  all.insert(all.end(), names.begin(), names.end());
+  std::vector<int64_t> dims = {steps};
+  dims.insert(dims.end(), t.lead.begin(), t.lead.end());
+  dims.insert(dims.end(), inner.begin(), inner.end());
+  return named_shape(all, dims);
 }
 
 std::vector<Shape> phi_shapes(const TokenDims& t, bool with_residual, bool without_residual) {
@@ -209,6 +254,93 @@ aclnnStatus Checks::op_impl_mode(int64_t mode) const {
   if (mode != 0 && mode != 1)
     return fail(ACLNN_ERR_PARAM_INVALID, "opImplMode must be 0 (fp32) or 1 (HF32), got " + std::to_string(mode));
   return ACLNN_SUCCESS;
+}
+
+aclnnStatus Checks::same_format(const TensorArg& arg, const TensorArg& like) const {
+  TensorInfo t, l;
+  ACLNN_RETURN_IF_ERROR(info(arg, &t));
+  ACLNN_RETURN_IF_ERROR(info(like, &l));
+  if (t.format == l.format) return ACLNN_SUCCESS;
+  return fail(ACLNN_ERR_PARAM_INVALID, std::string(arg.name) + ": expected " + like.name + "'s format " +
+                                           format_text(l.format) + ", got " + format_text(t.format));
+}
+
+aclnnStatus Checks::num_iters(int64_t num_iters) const {
+  if (num_iters < 1 || num_iters > 100)
+    return fail(ACLNN_ERR_PARAM_INVALID, "numIters must be in [1, 100], got " + std::to_string(num_iters));
+  return ACLNN_SUCCESS;
+}
+
+int64_t element_count(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n = saturated_mul(n, d);
+  return n;
+}
+
+aclnnStatus to_cache_view(const char* op, const TensorArg& arg, const std::vector<int64_t>& dims, TensorView* view) {
+  TensorView v;
+  ACLNN_RETURN_IF_ERROR(to_view(op, arg, &v));
+  const std::string where = std::string(op) + ": " + arg.name;
+  const std::vector<int64_t> given(v.shape.begin(), v.shape.begin() + v.rank);
+  if (element_count(given) != element_count(dims))
+    return fail(ACLNN_ERR_PARAM_INVALID, where + ": expected " + std::to_string(element_count(dims)) +
+                                             " elements (" + dims_text(dims) + "), got " +
+                                             std::to_string(element_count(given)) + " " + dims_text(given));
+  int64_t stride = 1;
+  for (int i = v.rank - 1; i >= 0; --i) {
+    if (v.shape[i] > 1 && v.strides[i] != stride)
+      return fail(ACLNN_ERR_PARAM_INVALID, where + ": expected a contiguous tensor (the cache's layout is the "
+                                                   "library's), got strides " +
+                                               ops::dims_string(v.strides.data(), v.rank) + " for " +
+                                               dims_text(given));
+    stride *= v.shape[i];
+  }
+  TensorView c;
+  c.data = v.data;
+  c.dtype = v.dtype;
+  c.rank = int32_t(dims.size());
+  stride = 1;
+  for (int i = c.rank - 1; i >= 0; --i) {
+    c.shape[i] = dims[i];
+    c.strides[i] = stride;
+    stride *= dims[i];
+  }
+  *view = c;
+  return ACLNN_SUCCESS;
+}
+
+TensorView without_last_dim(const TensorView& view) {
+  TensorView v = view;
+  if (v.rank > 0) {
+    --v.rank;
+    v.shape[v.rank] = 0;
+    v.strides[v.rank] = 0;
+  }
+  return v;
+}
+
+aclnnStatus from_status(const char* op, const Status& status, NameMap names) {
+  if (status.ok()) return ACLNN_SUCCESS;
+  auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  const std::string& message = status.message();
+  std::string out;
+  for (size_t i = 0; i < message.size();) {
+    if (!is_word(message[i])) {
+      out += message[i++];
+      continue;
+    }
+    size_t end = i;
+    while (end < message.size() && is_word(message[end])) ++end;
+    std::string word = message.substr(i, end - i);
+    for (const auto& [core_name, cann_name] : names)
+      if (word == core_name) {
+        word = cann_name;
+        break;
+      }
+    out += word;
+    i = end;
+  }
+  return from_status(op, Status(status.code(), status.kind(), out));
 }
 
 }  // namespace mhc::faces::aclnn

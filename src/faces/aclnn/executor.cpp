@@ -8,8 +8,11 @@
 #include <utility>
 
 #include "faces/aclnn/face.hpp"
+#include "ops/post/post.hpp"
 #include "ops/pre_backward/pre_backward.hpp"
 #include "ops/pre_forward/pre_forward.hpp"
+#include "ops/pre_sinkhorn/pre_sinkhorn.hpp"
+#include "ops/sinkhorn/sinkhorn.hpp"
 
 namespace mhc::faces::aclnn {
 namespace {
@@ -61,6 +64,29 @@ std::string with_cann_names(const std::string& message) {
   return out;
 }
 
+// The operator layer's run of each kind of problem.
+struct RunProblem {
+  void* workspace;
+  size_t bytes;
+  Status operator()(const core::ForwardProblem& p) const { return ops::pre_forward::run(p, workspace, bytes, 0); }
+  Status operator()(const core::BackwardProblem& p) const { return ops::pre_backward::run(p, workspace, bytes, 0); }
+  Status operator()(const SinkhornForward& p) const {
+    return ops::sinkhorn::run_forward(p.problem, workspace, bytes, 0);
+  }
+  Status operator()(const SinkhornBackward& p) const {
+    return ops::sinkhorn::run_backward(p.problem, workspace, bytes, 0);
+  }
+  Status operator()(const PostForward& p) const { return ops::post::run_forward(p.problem, workspace, bytes, 0); }
+  Status operator()(const PostBackward& p) const { return ops::post::run_backward(p.problem, workspace, bytes, 0); }
+  Status operator()(const ops::pre_sinkhorn::ForwardProblem& p) const {
+    return ops::pre_sinkhorn::run_forward(p, workspace, bytes, 0);
+  }
+  Status operator()(const ops::pre_sinkhorn::BackwardProblem& p) const {
+    return ops::pre_sinkhorn::run_backward(p, workspace, bytes, 0);
+  }
+  Status operator()(const NothingToRun&) const { return {}; }
+};
+
 }  // namespace
 
 aclnnStatus from_status(const char* op, const Status& status) {
@@ -107,10 +133,7 @@ aclnnStatus run_executor(const char* op, void* workspace, uint64_t workspace_siz
     aligned = reinterpret_cast<void*>((base + kAlignmentSlack - 1) / kAlignmentSlack * kAlignmentSlack);
   }
   // The stream is synchronous: run now, on the calling thread and the pool.
-  const Status status =
-      std::holds_alternative<core::ForwardProblem>(e->problem)
-          ? ops::pre_forward::run(std::get<core::ForwardProblem>(e->problem), aligned, e->core_bytes, 0)
-          : ops::pre_backward::run(std::get<core::BackwardProblem>(e->problem), aligned, e->core_bytes, 0);
+  const Status status = std::visit(RunProblem{aligned, e->core_bytes}, e->problem);
   return from_status(op, status);
 }
 

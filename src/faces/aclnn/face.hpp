@@ -1,8 +1,9 @@
 // Internals of the aclnn face (libmhc_aclnn): error messages, handle registries,
 // aclTensor -> mhc::TensorView translation, the first phase's checks and
 // executors. The face checks what CANN checks, in CANN's order, with CANN's
-// codes (SPEC §7); mhc::ops::pre_*::validate then checks the rest (memory,
-// strides, overlap, size limits) and makes the problem.
+// codes (SPEC §7); mhc::ops::pre_*::validate (and the layer operators'
+// mhc::ops::{sinkhorn,post,pre_sinkhorn}::validate_*) then checks the rest
+// (memory, strides, overlap, size limits) and makes the problem.
 #pragma once
 
 #include <cstdint>
@@ -15,13 +16,17 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <variant>
 #include <vector>
 
 #include "acl/acl.h"
+#include "core/post_problem.hpp"
 #include "core/problem.hpp"
+#include "core/sinkhorn_problem.hpp"
 #include "faces/guarded.hpp"
 #include "mhc/mhc.hpp"
+#include "ops/pre_sinkhorn/pre_sinkhorn.hpp"
 #include "ops/tensor_checks.hpp"
 
 namespace mhc::faces::aclnn {
@@ -123,6 +128,16 @@ aclnnStatus to_view(const char* op, const TensorArg& arg, TensorView* view);
 // Same, as an optional: absent when the argument is NULL.
 aclnnStatus to_optional_view(const char* op, const TensorArg& arg, std::optional<TensorView>* view);
 
+// The product of dims, saturated at INT64_MAX (only compared with counts).
+int64_t element_count(const std::vector<int64_t>& dims);
+// A cache buffer of MhcSinkhorn (SPEC §10): any shape holding exactly the
+// elements of `dims`, contiguous; translated (to_view's checks) and handed to
+// the core as the contiguous view `dims` of the same memory. 161002 when it is
+// not contiguous or holds another count.
+aclnnStatus to_cache_view(const char* op, const TensorArg& arg, const std::vector<int64_t>& dims, TensorView* view);
+// A view without its last dim, which has extent 1 (CANN's invRms [..,1] as the core's [..]).
+TensorView without_last_dim(const TensorView& view);
+
 #define ACLNN_RETURN_IF_ERROR(expr)               \
   do {                                            \
     const aclnnStatus status_ = (expr);           \
@@ -151,6 +166,18 @@ struct TokenDims {
 };
 // x's dims are [B,S,N,D] or [T,N,D], non-empty (checked before).
 TokenDims token_dims(const std::vector<int64_t>& x_dims);
+// MhcSinkhorn's caches (SPEC §10) as the core takes them, contiguous:
+// norm [2I, <token dims>, N, Na] and sum [2I, <token dims>, Na] with the pitch
+// Na = 8*ceil(N/8) (counts saturated: only compared with counts).
+struct SinkhornCacheDims {
+  std::vector<int64_t> norm, sum;
+  int64_t pitch = 0;
+};
+SinkhornCacheDims sinkhorn_cache_dims(const TokenDims& t, int64_t iterations);
+// [2I, <token dims>, inner...] (names "2I", "B","S" or "T", then `names`):
+// CANN's shapes of MhcPreSinkhorn's per-step caches sumOut and normOut.
+Shape step_shape(const TokenDims& t, int64_t steps, std::initializer_list<const char*> names,
+                 std::vector<int64_t> inner);
 // phi's shapes [F,K]: with a residual branch F = 2N+N*N or 2N+N!, without F = 2N.
 std::vector<Shape> phi_shapes(const TokenDims& t, bool with_residual, bool without_residual);
 // hRes / gradHRes: [..,N,N] (only when R = N*N) or [..,R].
@@ -178,13 +205,28 @@ class Checks {
   aclnnStatus format(const TensorArg& arg) const;
   // V2: 0 (fp32) or 1 (HF32).
   aclnnStatus op_impl_mode(int64_t mode) const;
+  // The format `arg` must share with `like` (MhcSinkhorn's outputs share x's, as CANN checks).
+  aclnnStatus same_format(const TensorArg& arg, const TensorArg& like) const;
+  // numIters of MhcSinkhorn and MhcPreSinkhorn: 1 to 100 (CANN's aclnnMhcSinkhorn range).
+  aclnnStatus num_iters(int64_t num_iters) const;
 
  private:
   const char* op_;
 };
 
 // --- executors ---
-using Problem = std::variant<core::ForwardProblem, core::BackwardProblem>;
+// MhcSinkhorn and MhcPost have one problem struct for both directions: the
+// executor tells the directions apart by these wrappers.
+struct SinkhornForward { core::SinkhornProblem problem; };
+struct SinkhornBackward { core::SinkhornProblem problem; };
+struct PostForward { core::PostProblem problem; };
+struct PostBackward { core::PostProblem problem; };
+// A call CANN accepts and runs nothing for (its empty cases): the run phase
+// checks its arguments, writes nothing and frees the executor.
+struct NothingToRun {};
+using Problem = std::variant<core::ForwardProblem, core::BackwardProblem, SinkhornForward, SinkhornBackward,
+                             PostForward, PostBackward, ops::pre_sinkhorn::ForwardProblem,
+                             ops::pre_sinkhorn::BackwardProblem, NothingToRun>;
 
 // Registers an executor holding a copy of the validated problem (no reference
 // to any aclTensor) and reports the workspace the run phase needs.
@@ -199,6 +241,11 @@ aclnnStatus run_executor(const char* op, void* workspace, uint64_t workspace_siz
 // Map a Status of the operator layer to the aclnn code (same numbers) and
 // record its message, prefixed with the operator name.
 aclnnStatus from_status(const char* op, const Status& status);
+// Same, with the operator's own names first: words of the core's message are
+// renamed to this operator's CANN parameter names (MhcSinkhorn's z is x, its
+// h_res is output), then the common names (h_res is hRes) apply.
+using NameMap = std::initializer_list<std::pair<const char*, const char*>>;
+aclnnStatus from_status(const char* op, const Status& status, NameMap names);
 
 // Runs body() and turns any escaping exception into an error code: no C++
 // exception crosses the C boundary.

@@ -74,8 +74,10 @@ Status check_cache(const char* name, const TensorView& v, const TokenSpace& s, b
     ok = ok && p >= d.N && (*pitch == 0 || p == *pitch);
   }
   if (!ok) return shape_error(name, expected_label, v);
+  bool empty = false;  // an empty cache has no layout
+  for (int i = 0; i < v.rank; ++i) empty = empty || v.shape[i] == 0;
   int64_t stride = 1;
-  for (int i = v.rank - 1; i >= 0 && v.numel() > 0; --i) {  // an empty cache has no layout
+  for (int i = v.rank - 1; i >= 0 && !empty; --i) {
     if (v.shape[i] > 1 && v.strides[i] != stride)
       return layout_error(name, "expected a contiguous tensor (the caches' layout is the library's), got strides " +
                                     dims_string(v.strides.data(), v.rank));
