@@ -4,116 +4,10 @@
 // hPost [B,S,N]: out[j] = hPost[j] hOut + sum_i hRes[i,j] x[i] (hRes
 // transposed). Checks every output against a double-precision computation.
 #include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstring>
-#include <string>
-#include <vector>
 
 #include "acl/acl.h"
 #include "aclnnop/aclnn_mhc_post.h"
-
-#define CHECK_RET(cond, return_expr) \
-  do {                               \
-    if (!(cond)) {                   \
-      return_expr;                   \
-    }                                \
-  } while (0)
-
-#define LOG_PRINT(message, ...)     \
-  do {                              \
-    printf(message, ##__VA_ARGS__); \
-  } while (0)
-
-int64_t GetShapeSize(const std::vector<int64_t>& shape) {
-  int64_t shapeSize = 1;
-  for (auto i : shape) shapeSize *= i;
-  return shapeSize;
-}
-
-// Deterministic inputs: a 32-bit LCG mapped to [-1, 1).
-struct Lcg {
-  uint32_t state;
-  float Next() {
-    state = state * 1664525u + 1013904223u;
-    return static_cast<float>(state >> 8) / 8388608.0f - 1.0f;
-  }
-};
-
-uint16_t FloatToBf16(float f) {  // round to nearest, ties to even
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float Bf16ToFloat(uint16_t h) {
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-int Init(int32_t deviceId, aclrtContext* context, aclrtStream* stream) {
-  auto ret = aclInit(nullptr);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclInit failed. ERROR: %d\n", ret); return ret);
-  ret = aclrtSetDevice(deviceId);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSetDevice failed. ERROR: %d\n", ret); return ret);
-  ret = aclrtCreateContext(context, deviceId);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtCreateContext failed. ERROR: %d\n", ret); return ret);
-  ret = aclrtSetCurrentContext(*context);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSetCurrentContext failed. ERROR: %d\n", ret); return ret);
-  ret = aclrtCreateStream(stream);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtCreateStream failed. ERROR: %d\n", ret); return ret);
-  return 0;
-}
-
-// A tensor of the sample: host copy, device memory, aclTensor.
-struct SampleTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  aclDataType dataType;
-  std::vector<uint8_t> host;
-  void* deviceAddr = nullptr;
-  aclTensor* tensor = nullptr;
-};
-
-template <typename T>
-SampleTensor MakeHost(const std::string& name, const std::vector<int64_t>& shape, aclDataType dataType,
-                      const std::vector<T>& values) {
-  SampleTensor t{name, shape, dataType, std::vector<uint8_t>(values.size() * sizeof(T))};
-  std::memcpy(t.host.data(), values.data(), t.host.size());
-  return t;
-}
-
-int CreateAclTensor(SampleTensor* t) {
-  auto size = t->host.size();
-  auto ret = aclrtMalloc(&t->deviceAddr, size, ACL_MEM_MALLOC_HUGE_FIRST);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtMalloc failed. ERROR: %d\n", ret); return ret);
-  ret = aclrtMemcpy(t->deviceAddr, size, t->host.data(), size, ACL_MEMCPY_HOST_TO_DEVICE);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtMemcpy failed. ERROR: %d\n", ret); return ret);
-  // contiguous strides
-  std::vector<int64_t> strides(t->shape.size(), 1);
-  for (int64_t i = static_cast<int64_t>(t->shape.size()) - 2; i >= 0; i--) {
-    strides[i] = t->shape[i + 1] * strides[i + 1];
-  }
-  t->tensor = aclCreateTensor(t->shape.data(), t->shape.size(), t->dataType, strides.data(), 0,
-                              aclFormat::ACL_FORMAT_ND, t->shape.data(), t->shape.size(), t->deviceAddr);
-  CHECK_RET(t->tensor != nullptr, LOG_PRINT("aclCreateTensor failed: %s\n", aclGetRecentErrMsg()); return -1);
-  return 0;
-}
-
-// Element i of a sample tensor as float (bf16, fp16 or fp32).
-float At(const SampleTensor& t, int64_t i) {
-  if (t.dataType == aclDataType::ACL_FLOAT) {
-    float v;
-    std::memcpy(&v, t.host.data() + 4 * i, 4);
-    return v;
-  }
-  uint16_t h;
-  std::memcpy(&h, t.host.data() + 2 * i, 2);
-  return t.dataType == aclDataType::ACL_BF16 ? Bf16ToFloat(h) : aclFloat16ToFloat(h);
-}
+#include "aclnn_sample.h"
 
 int main() {
   // 1. Device, context, stream.
@@ -140,12 +34,8 @@ int main() {
   inputs.push_back(MakeHost("hPost", {B, S, N}, aclDataType::ACL_FLOAT, hPostHost));
   std::vector<SampleTensor> outputs;
   outputs.push_back(MakeHost("out", {B, S, N, D}, aclDataType::ACL_BF16, std::vector<uint16_t>(T * N * D)));
-  for (auto* list : {&inputs, &outputs}) {
-    for (auto& t : *list) {
-      ret = CreateAclTensor(&t);
-      CHECK_RET(ret == ACL_SUCCESS, return ret);
-    }
-  }
+  ret = CreateAclTensors({&inputs, &outputs});
+  CHECK_RET(ret == ACL_SUCCESS, return ret);
 
   // 3. First phase: check the arguments, size the workspace. 4. Second phase: run, then wait.
   uint64_t workspaceSize = 0;
@@ -155,29 +45,13 @@ int main() {
   CHECK_RET(ret == ACL_SUCCESS,
             LOG_PRINT("aclnnMhcPostGetWorkspaceSize failed. ERROR: %d (%s)\n", ret, aclGetRecentErrMsg());
             return ret);
-  void* workspaceAddr = nullptr;
-  if (workspaceSize > 0) {
-    ret = aclrtMalloc(&workspaceAddr, workspaceSize, ACL_MEM_MALLOC_HUGE_FIRST);
-    CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("allocate workspace failed. ERROR: %d\n", ret); return ret);
-  }
-  ret = aclnnMhcPost(workspaceAddr, workspaceSize, executor, stream);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclnnMhcPost failed. ERROR: %d (%s)\n", ret, aclGetRecentErrMsg());
-            return ret);
-  ret = aclrtSynchronizeStream(stream);
-  CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("aclrtSynchronizeStream failed. ERROR: %d\n", ret); return ret);
-  if (workspaceSize > 0) {
-    aclrtFree(workspaceAddr);
-  }
+  ret = RunOnStream(aclnnMhcPost, "aclnnMhcPost", workspaceSize, executor, stream);
+  CHECK_RET(ret == ACL_SUCCESS, return ret);
 
   // 5. Copy the output back, print its first values, check it.
-  for (auto& t : outputs) {
-    ret = aclrtMemcpy(t.host.data(), t.host.size(), t.deviceAddr, t.host.size(), ACL_MEMCPY_DEVICE_TO_HOST);
-    CHECK_RET(ret == ACL_SUCCESS, LOG_PRINT("copy result from device to host failed. ERROR: %d\n", ret);
-              return ret);
-  }
-  LOG_PRINT("out:");
-  for (int64_t i = 0; i < 4; i++) LOG_PRINT(" %f", At(outputs[0], i));
-  LOG_PRINT("\n");
+  ret = CopyToHost(&outputs);
+  CHECK_RET(ret == ACL_SUCCESS, return ret);
+  PrintFirstValues(outputs[0], 4);
   int64_t wrong = 0;
   for (int64_t t = 0; t < T; t++) {
     for (int64_t j = 0; j < N; j++) {
@@ -195,15 +69,7 @@ int main() {
   LOG_PRINT("%s\n", ok ? "check: PASSED" : "check: FAILED");
 
   // 6. Tear down in reverse order.
-  for (auto* list : {&outputs, &inputs}) {
-    for (auto& t : *list) {
-      aclDestroyTensor(t.tensor);
-      aclrtFree(t.deviceAddr);
-    }
-  }
-  aclrtDestroyStream(stream);
-  aclrtDestroyContext(context);
-  aclrtResetDevice(deviceId);
-  aclFinalize();
+  DestroyTensors({&outputs, &inputs});
+  Finalize(deviceId, context, stream);
   return ok ? 0 : 1;
 }

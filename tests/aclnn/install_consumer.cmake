@@ -57,10 +57,13 @@ if(CANN_LIBRARIES)
 endif()
 
 # 4. The layer operators' samples (examples/aclnn_mhc_{sinkhorn,post,pre_sinkhorn}*.cpp)
-# against the installed headers and library; each checks its own outputs.
+# against the installed headers and library; each checks its own outputs. Their
+# shared helpers (aclnn_sample.h) are next to them, in the source tree.
 string(REPLACE "," ";" LAYER_SAMPLES "${LAYER_SAMPLES}")  # passed comma-separated
 foreach(sample ${LAYER_SAMPLES})
   get_filename_component(name ${sample} NAME_WE)
-  run(${CXX} -std=c++17 -Wall -Wextra -Werror -I${prefix}/include ${sample} -o ${WORK_DIR}/${name} ${link})
+  get_filename_component(sample_dir ${sample} DIRECTORY)
+  run(${CXX} -std=c++17 -Wall -Wextra -Werror -I${prefix}/include -I${sample_dir} ${sample} -o ${WORK_DIR}/${name}
+      ${link})
   run(${WORK_DIR}/${name})
 endforeach()
