@@ -125,11 +125,11 @@ Status check_no_self_overlap(const char* name, const TensorView& v) {
 }
 
 ByteSpan byte_span(const TensorView& v) {
-  int64_t last = 0;
-  for (int i = 0; i < v.rank; ++i) {
+  for (int i = 0; i < v.rank; ++i)  // first: an empty view's strides were never checked
     if (v.shape[i] == 0) return {};
+  int64_t last = 0;
+  for (int i = 0; i < v.rank; ++i)
     if (v.shape[i] > 1) last += (v.shape[i] - 1) * v.strides[i];
-  }
   const auto lo = reinterpret_cast<uintptr_t>(v.data);
   return {lo, lo + uintptr_t((last + 1) * core::element_size(v.dtype))};
 }

@@ -498,6 +498,72 @@ Case generate(Bytes& in, Op op, bool aclnn) {
   return c;
 }
 
+// The layer's targets: the same layouts, mutations and placement for their slots.
+void lay_out(Bytes& in, Case& c, const std::vector<Slot>& slots, bool bsnd) {
+  const int count = int(slots.size());
+  std::vector<std::pair<int, int>> aliases;
+  for (int s = 0; s < count; ++s) {
+    const Slot& spec = slots[s];
+    Tensor t;
+    t.name = spec.name;
+    t.acl_name = spec.name;
+    t.output = spec.output;
+    t.present = spec.present;
+    t.dtype = spec.dtype;
+    t.rank = int32_t(spec.shape.size());
+    std::copy(spec.shape.begin(), spec.shape.end(), t.shape);
+    choose_layout(in, t, spec.token, bsnd);
+    t.byte_offset = 0;
+    while (in.chance(28)) mutate(in, t, false, &aliases, s, count);
+    c.tensors.push_back(t);
+  }
+  int64_t cursor = int64_t(in.pick(4)) * 4;
+  std::vector<int64_t> request(c.tensors.size());
+  for (size_t s = 0; s < c.tensors.size(); ++s) {
+    Tensor& t = c.tensors[s];
+    request[s] = t.byte_offset;
+    const int64_t esize = std::max<int64_t>(2, element_size_of(t.dtype));
+    cursor = (cursor + esize - 1) / esize * esize;
+    int64_t lo, hi;
+    bool empty;
+    if (!t.present) {
+      t.byte_offset = 0;
+    } else if (!offset_range(t, &lo, &hi, &empty) || empty) {
+      t.byte_offset = cursor;
+      cursor += esize;
+    } else {
+      t.byte_offset = cursor - lo * esize;
+      cursor = t.byte_offset + (hi + 1) * esize + int64_t(in.pick(3)) * esize;
+    }
+  }
+  c.arena_bytes = size_t(std::min<int64_t>(cursor, int64_t(kMaxArena)));
+  for (size_t s = 0; s < c.tensors.size(); ++s) {
+    Tensor& t = c.tensors[s];
+    const int64_t esize = std::max<int64_t>(2, element_size_of(t.dtype));
+    if (c.arena_bytes == 0) { t.byte_offset = 0; continue; }
+    if (t.byte_offset >= int64_t(c.arena_bytes)) t.byte_offset = t.byte_offset % int64_t(c.arena_bytes) / esize * esize;
+    if (request[s] == 1 || request[s] == 2) t.byte_offset = std::min<int64_t>(t.byte_offset + request[s], c.arena_bytes - 1);
+    if (request[s] == 3) t.byte_offset = std::max<int64_t>(0, int64_t(c.arena_bytes) - esize);
+  }
+  for (auto [self, other] : aliases) {
+    Tensor& t = c.tensors[self];
+    const bool exact = other < 0;
+    const Tensor& o = c.tensors[exact ? -1 - other : other];
+    t.byte_offset = o.byte_offset;
+    t.null_data = o.null_data;
+    if (exact) {
+      t.rank = o.rank;
+      std::copy(o.shape, o.shape + kRankCap, t.shape);
+      std::copy(o.strides, o.strides + kRankCap, t.strides);
+      t.dtype = o.dtype;
+      t.present = o.present;
+    }
+  }
+  c.value_seed = in.u64();
+  const uint8_t special = in.u8();
+  c.special_rate = special < 160 ? 0 : (special - 159) / 4;
+}
+
 // ------------------------------------------------------------------ the arena
 
 namespace {
@@ -721,6 +787,10 @@ Strided rebased(const Strided& s, const uint8_t* from, uint8_t* to) {
 double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 
 }  // namespace
+
+void check_only_outputs_written(Case& c, const Arena& arena, const uint8_t* after, const char* what) {
+  check_writes_only_outputs(c, arena, after, what);
+}
 
 void check_accepted_forward(Case& c, const Arena& arena, bool rerun, const Acceptance& how) {
   check_writes_only_outputs(c, arena, arena.base, "forward");

@@ -170,4 +170,23 @@ void check_accepted_backward(Case& c, const Arena& arena, bool rerun, const Acce
 // The C++ / C face targets (fuzz_pre_forward.cpp, fuzz_pre_backward.cpp).
 void run_cpp_target(const uint8_t* data, size_t size, Op op);
 
+// For the layer's targets (fuzz_layer.cpp): one tensor argument as nominally
+// given (name, input or output, present or not, dtype code, shape; `token`: its
+// leading dims are the tokens, which a broadcast layout may give stride 0).
+struct Slot {
+  const char* name;
+  bool output;
+  bool present;
+  int32_t dtype;
+  std::vector<int64_t> shape;
+  bool token;
+};
+// The tensors of `slots`, in order, into c.tensors as generate() makes them: a
+// layout and the mutations, placement in one arena, aliasing of another tensor;
+// then the value seed and the NaN/Inf rate.
+void lay_out(Bytes& in, Case& c, const std::vector<Slot>& slots, bool bsnd);
+// After an accepted call: every arena byte outside the present output views is
+// as it was (`after` is the arena's memory after the call).
+void check_only_outputs_written(Case& c, const Arena& arena, const uint8_t* after, const char* what);
+
 }  // namespace mhc_fuzz

@@ -153,6 +153,7 @@ Status validate_backward(const SinkhornBackwardInputs& in, const SinkhornBackwar
   if (caches) {
     MHC_RETURN_IF_ERROR(check_cache("norm_out", *in.norm_out, s, true, &iterations, &pitch));
     MHC_RETURN_IF_ERROR(check_cache("sum_out", *in.sum_out, s, false, &iterations, &pitch));
+    MHC_RETURN_IF_ERROR(check_iterations("norm_out", iterations, s.dims));  // 2I from its first dim
   } else {
     MHC_RETURN_IF_ERROR(check_like("z", *in.z, s));
     MHC_RETURN_IF_ERROR(check_eps_value("eps", in.eps, rules));
