@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 namespace mhc_test::layer {
 
 constexpr double kU = 0x1.0p-24;  // fp32's unit roundoff
+inline const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // ------------------------------------------------------------------ Sinkhorn, float64
 
@@ -346,5 +348,13 @@ void expect_layer_rejected(const LayerRule<CallT>& r) {
 
 // Families this build and CPU run, and their names.
 inline std::string family_name(mhc::Isa isa) { return mhc::isa_name(isa); }
+
+// Options that run one family (Options::isa) on `threads` threads (0: the default).
+inline mhc::Options options_for(mhc::Isa isa, int threads = 0) {
+  mhc::Options o;
+  o.isa = isa;
+  o.num_threads = threads;
+  return o;
+}
 
 }  // namespace mhc_test::layer

@@ -48,17 +48,20 @@ HWY_INLINE VF LoadAs(DF df, const void* base, DType type, int64_t offset) {
   return hn::LoadU(df, static_cast<const float*>(base) + offset);
 }
 
-HWY_INLINE void StoreBF16(DF df, VF v, uint16_t* p) {
+// v rounded to bf16 in the high half of each 32-bit lane: nearest, ties to even
+// (one more where the kept part is odd), a NaN kept as itself made quiet.
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> BF16InHighHalves(DF df, VF v) {
   const hn::RebindToUnsigned<DF> du32;
+  const auto bits = hn::BitCast(du32, v);
+  const auto up = hn::Add(bits, hn::Set(du32, 0x7fffu));
+  const auto rounded = hn::IfThenElse(hn::TestBit(bits, hn::Set(du32, 0x10000u)), hn::Add(up, hn::Set(du32, 1u)), up);
+  return hn::IfThenElse(hn::RebindMask(du32, hn::IsNaN(v)), hn::Or(bits, hn::Set(du32, 0x00400000u)), rounded);
+}
+
+HWY_INLINE void StoreBF16(DF df, VF v, uint16_t* p) {
   const hn::RebindToSigned<DF> di32;
   const hn::Rebind<uint16_t, DF> du16;
-  const auto bits = hn::BitCast(du32, v);
-  const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du32, 1u));
-  const auto rounded = hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(du32, 0x7fffu), lsb)));
-  const auto magnitude = hn::BitCast(di32, hn::And(bits, hn::Set(du32, 0x7fffffffu)));
-  const auto is_nan = hn::Gt(magnitude, hn::Set(di32, 0x7f800000));
-  const auto quiet_nan = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du32, 0x40u));
-  const auto high = hn::IfThenElse(hn::RebindMask(du32, is_nan), quiet_nan, rounded);
+  const auto high = hn::ShiftRight<16>(BF16InHighHalves(df, v));
   hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di32, high)), du16, p);
 }
 
@@ -69,18 +72,8 @@ HWY_INLINE void StoreBF16Pair(DF df, VF v0, VF v1, uint16_t* p, bool stream) {
   StoreBF16(df, v0, p);
   StoreBF16(df, v1, p + hn::Lanes(df));
 #else
-  const hn::RebindToUnsigned<DF> du32;
-  const hn::RebindToSigned<DF> di32;
   const hn::Repartition<uint16_t, DF> du16;
-  auto round = [&](VF v) {
-    const auto bits = hn::BitCast(du32, v);
-    const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du32, 1u));
-    const auto rounded = hn::Add(bits, hn::Add(hn::Set(du32, 0x7fffu), lsb));
-    const auto magnitude = hn::BitCast(di32, hn::And(bits, hn::Set(du32, 0x7fffffffu)));
-    const auto is_nan = hn::Gt(magnitude, hn::Set(di32, 0x7f800000));
-    const auto quiet_nan = hn::Or(bits, hn::Set(du32, 0x00400000u));
-    return hn::BitCast(du16, hn::IfThenElse(hn::RebindMask(du32, is_nan), quiet_nan, rounded));
-  };
+  auto round = [&](VF v) { return hn::BitCast(du16, BF16InHighHalves(df, v)); };
   const auto packed = hn::ConcatOdd(du16, round(v1), round(v0));  // the high halves: bf16
   if (stream && reinterpret_cast<uintptr_t>(p) % sizeof(packed) == 0) return hn::Stream(packed, du16, p);
   hn::StoreU(packed, du16, p);
