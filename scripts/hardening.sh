@@ -2,7 +2,7 @@
 # Hardening checks (docs/reliability.md), after scripts/setup.sh has installed the packages:
 #   1. ASan + UBSan (GCC): every C++ test (tests/cpp, tests/aclnn) through ctest;
 #   2. TSan (GCC): the threaded tests (determinism, concurrency, the aclnn tests);
-#   3. libFuzzer (clang, ASan + UBSan): the nine fuzz targets replay their corpus
+#   3. libFuzzer (clang, ASan + UBSan): the fifteen fuzz targets replay their corpus
 #      (tests/fuzz/corpus), then fuzz for MHC_FUZZ_SECONDS each.
 # Exits non-zero on any failure; the last line is "hardening: N passed, M failed",
 # counting tests (ctest and GoogleTest cases) and fuzz runs.
@@ -120,7 +120,9 @@ if [[ " $steps " == *" fuzz "* ]]; then
   dir=$out/fuzz
   targets=(fuzz_pre_forward fuzz_pre_backward fuzz_aclnn_mhc_pre fuzz_aclnn_mhc_pre_v2
            fuzz_aclnn_mhc_pre_backward fuzz_aclnn_mhc_pre_backward_v2
-           fuzz_sinkhorn fuzz_post fuzz_pre_sinkhorn)
+           fuzz_sinkhorn fuzz_post fuzz_pre_sinkhorn
+           fuzz_aclnn_mhc_sinkhorn fuzz_aclnn_mhc_sinkhorn_backward fuzz_aclnn_mhc_post
+           fuzz_aclnn_mhc_post_backward fuzz_aclnn_mhc_pre_sinkhorn fuzz_aclnn_mhc_pre_sinkhorn_backward)
   if configure "$dir" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DMHC_SANITIZE=address,undefined \
        -DMHC_FUZZ=ON -DMHC_BUILD_TESTS=ON &&
      ninja -C "$dir" "${targets[@]}" > "$dir.build.log" 2>&1; then

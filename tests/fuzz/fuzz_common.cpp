@@ -51,6 +51,12 @@ void describe(const Case& c) {
   if (verbose) std::fprintf(stderr, "case: %s\n", g_case.c_str());
 }
 
+void describe_more(const std::string& text) {
+  g_case += "\n  " + text;
+  static const bool verbose = std::getenv("MHC_FUZZ_VERBOSE") != nullptr;
+  if (verbose) std::fprintf(stderr, "  %s\n", text.c_str());
+}
+
 void fail(const std::string& what) {
   std::fprintf(stderr, "mhc fuzz check failed: %s\ncase: %s\n", what.c_str(), g_case.c_str());
   std::fflush(stderr);
@@ -328,6 +334,55 @@ int32_t acl_dtype_of(Bytes& in, int32_t mhc_dtype) {
   }
 }
 
+// aclnn: a tensor whose format no mutation set gets one of the plain formats.
+void choose_plain_format(Bytes& in, Tensor& t) {
+  static const int32_t plain_formats[] = {2, 2, 2, 0, 1, 16, 27, 30};
+  if (t.format == 2) t.format = plain_formats[in.pick(8)];
+}
+
+// The aclnn part of a tensor: its aclDataType, storage dims (exact, short,
+// all that is left, 2-D, odd, none) and whether aclCreateTensor makes its strides.
+void choose_acl_descriptors(Bytes& in, Case& c) {
+  for (Tensor& t : c.tensors) {
+    const int64_t esize = std::max<int64_t>(2, element_size_of(t.dtype));
+    t.acl_dtype = acl_dtype_of(in, t.dtype);
+    if (t.acl_offset < 0 || t.acl_offset > 3 || t.acl_offset * esize > t.byte_offset) {
+      // A storage start outside the arena is not representable: keep the
+      // requested oddity only when it cannot move the pointer out.
+      if (t.acl_offset != -1 && t.acl_offset != INT64_MAX / 2) t.acl_offset = 0;
+    }
+    const int64_t base = t.acl_offset >= 0 && t.acl_offset <= 3 ? t.byte_offset - t.acl_offset * esize
+                                                                 : t.byte_offset;
+    const int64_t available = std::max<int64_t>(0, (int64_t(c.arena_bytes) - base) / esize);
+    int64_t lo, hi;
+    bool empty;
+    int64_t needed = 1;
+    if (offset_range(t, &lo, &hi, &empty) && !empty && t.acl_offset >= 0 && t.acl_offset <= 3)
+      needed = t.acl_offset + hi + 1;
+    int64_t storage = std::min(needed + int64_t(in.pick(3)), available);
+    switch (in.u8() >> 5) {
+      case 1: storage = std::min(needed - 1, available); break;  // one element short
+      case 2: storage = available; break;
+      case 3: t.storage = {2, storage / 2}; break;
+      case 4: {  // no storage: empty, negative, or an element count past 64 bits
+        static const std::vector<int64_t> odd[] = {{0}, {-1}, {-2, -3}, {INT64_MAX, 2, 0}, {INT64_MAX, 4}};
+        t.storage = odd[in.pick(5)];
+        break;
+      }
+      case 5: t.storage_given = false; break;  // only kept if the view fits (below)
+      default: break;
+    }
+    if (t.storage.empty()) t.storage = {std::max<int64_t>(storage, 0)};
+    if (t.storage.size() == 2 && t.storage[1] * 2 > available) t.storage[1] = available / 2;
+    // Contiguous views may leave the strides to aclCreateTensor.
+    Tensor contiguous_copy = t;
+    contiguous(contiguous_copy);
+    t.strides_given = !(std::equal(t.strides, t.strides + std::clamp(t.rank, 0, kRankCap), contiguous_copy.strides) &&
+                        in.chance(96));
+    if (!t.strides_given) std::copy(contiguous_copy.strides, contiguous_copy.strides + kRankCap, t.strides);
+  }
+}
+
 }  // namespace
 
 Case generate(Bytes& in, Op op, bool aclnn) {
@@ -387,10 +442,7 @@ Case generate(Bytes& in, Op op, bool aclnn) {
     choose_layout(in, t, spec.token, p.bsnd);
     t.byte_offset = 0;  // 1, 2, 3: placement requests of the mutations
     while (in.chance(28)) mutate(in, t, aclnn, &aliases, s, count);
-    if (aclnn) {
-      static const int32_t plain_formats[] = {2, 2, 2, 0, 1, 16, 27, 30};
-      if (t.format == 2) t.format = plain_formats[in.pick(8)];
-    }
+    if (aclnn) choose_plain_format(in, t);
     c.tensors.push_back(t);
   }
 
@@ -452,46 +504,7 @@ Case generate(Bytes& in, Op op, bool aclnn) {
     gx.null_data = gxp.null_data;
   }
 
-  if (aclnn) {
-    for (Tensor& t : c.tensors) {
-      const int64_t esize = std::max<int64_t>(2, element_size_of(t.dtype));
-      t.acl_dtype = acl_dtype_of(in, t.dtype);
-      if (t.acl_offset < 0 || t.acl_offset > 3 || t.acl_offset * esize > t.byte_offset) {
-        // A storage start outside the arena is not representable: keep the
-        // requested oddity only when it cannot move the pointer out.
-        if (t.acl_offset != -1 && t.acl_offset != INT64_MAX / 2) t.acl_offset = 0;
-      }
-      const int64_t base = t.acl_offset >= 0 && t.acl_offset <= 3 ? t.byte_offset - t.acl_offset * esize
-                                                                   : t.byte_offset;
-      const int64_t available = std::max<int64_t>(0, (int64_t(c.arena_bytes) - base) / esize);
-      int64_t lo, hi;
-      bool empty;
-      int64_t needed = 1;
-      if (offset_range(t, &lo, &hi, &empty) && !empty && t.acl_offset >= 0 && t.acl_offset <= 3)
-        needed = t.acl_offset + hi + 1;
-      int64_t storage = std::min(needed + int64_t(in.pick(3)), available);
-      switch (in.u8() >> 5) {
-        case 1: storage = std::min(needed - 1, available); break;  // one element short
-        case 2: storage = available; break;
-        case 3: t.storage = {2, storage / 2}; break;
-        case 4: {  // no storage: empty, negative, or an element count past 64 bits
-          static const std::vector<int64_t> odd[] = {{0}, {-1}, {-2, -3}, {INT64_MAX, 2, 0}, {INT64_MAX, 4}};
-          t.storage = odd[in.pick(5)];
-          break;
-        }
-        case 5: t.storage_given = false; break;  // only kept if the view fits (below)
-        default: break;
-      }
-      if (t.storage.empty()) t.storage = {std::max<int64_t>(storage, 0)};
-      if (t.storage.size() == 2 && t.storage[1] * 2 > available) t.storage[1] = available / 2;
-      // Contiguous views may leave the strides to aclCreateTensor.
-      Tensor contiguous_copy = t;
-      contiguous(contiguous_copy);
-      t.strides_given = !(std::equal(t.strides, t.strides + std::clamp(t.rank, 0, kRankCap), contiguous_copy.strides) &&
-                          in.chance(96));
-      if (!t.strides_given) std::copy(contiguous_copy.strides, contiguous_copy.strides + kRankCap, t.strides);
-    }
-  }
+  if (aclnn) choose_acl_descriptors(in, c);
   c.value_seed = in.u64();
   const uint8_t special = in.u8();
   c.special_rate = special < 160 ? 0 : (special - 159) / 4;
@@ -499,7 +512,7 @@ Case generate(Bytes& in, Op op, bool aclnn) {
 }
 
 // The layer's targets: the same layouts, mutations and placement for their slots.
-void lay_out(Bytes& in, Case& c, const std::vector<Slot>& slots, bool bsnd) {
+void lay_out(Bytes& in, Case& c, const std::vector<Slot>& slots, bool bsnd, bool aclnn, std::vector<int>* mutations) {
   const int count = int(slots.size());
   std::vector<std::pair<int, int>> aliases;
   for (int s = 0; s < count; ++s) {
@@ -514,7 +527,10 @@ void lay_out(Bytes& in, Case& c, const std::vector<Slot>& slots, bool bsnd) {
     std::copy(spec.shape.begin(), spec.shape.end(), t.shape);
     choose_layout(in, t, spec.token, bsnd);
     t.byte_offset = 0;
-    while (in.chance(28)) mutate(in, t, false, &aliases, s, count);
+    int mutated = 0;
+    for (; in.chance(28); ++mutated) mutate(in, t, aclnn, &aliases, s, count);
+    if (aclnn) choose_plain_format(in, t);
+    if (mutations != nullptr) mutations->push_back(mutated);
     c.tensors.push_back(t);
   }
   int64_t cursor = int64_t(in.pick(4)) * 4;
@@ -535,6 +551,7 @@ void lay_out(Bytes& in, Case& c, const std::vector<Slot>& slots, bool bsnd) {
       t.byte_offset = cursor - lo * esize;
       cursor = t.byte_offset + (hi + 1) * esize + int64_t(in.pick(3)) * esize;
     }
+    if (aclnn && t.acl_offset == 0) t.acl_offset = int64_t(in.pick(6)) < 2 ? int64_t(in.pick(4)) : 0;
   }
   c.arena_bytes = size_t(std::min<int64_t>(cursor, int64_t(kMaxArena)));
   for (size_t s = 0; s < c.tensors.size(); ++s) {
@@ -559,6 +576,7 @@ void lay_out(Bytes& in, Case& c, const std::vector<Slot>& slots, bool bsnd) {
       t.present = o.present;
     }
   }
+  if (aclnn) choose_acl_descriptors(in, c);
   c.value_seed = in.u64();
   const uint8_t special = in.u8();
   c.special_rate = special < 160 ? 0 : (special - 159) / 4;
@@ -790,6 +808,27 @@ double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 
 void check_only_outputs_written(Case& c, const Arena& arena, const uint8_t* after, const char* what) {
   check_writes_only_outputs(c, arena, after, what);
+}
+
+void check_outputs_equal(Case& c, const uint8_t* got, const uint8_t* want, const std::string& what) {
+  for (const Tensor& t : c.tensors) {
+    if (!t.output || !t.present) continue;
+    const mhc::TensorView v = view_of(t, const_cast<uint8_t*>(got));
+    const int64_t esize = element_size_of(t.dtype);
+    int64_t linear = 0;
+    for_each_element(v, [&](int64_t offset) {
+      const int64_t at = t.byte_offset + offset * esize;
+      const double g = mhc::core::load_element(got + at, mhc::DType(t.dtype), 0);
+      const double w = mhc::core::load_element(want + at, mhc::DType(t.dtype), 0);
+      if (std::memcmp(got + at, want + at, size_t(esize)) != 0 && !(std::isnan(g) && std::isnan(w))) {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, " element %lld (arena byte %lld): %.9g (bits differ) vs %.9g", (long long)linear,
+                      (long long)at, g, w);
+        fail(what + ": " + t.name + buf);
+      }
+      ++linear;
+    });
+  }
 }
 
 void check_accepted_forward(Case& c, const Arena& arena, bool rerun, const Acceptance& how) {

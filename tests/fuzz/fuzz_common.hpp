@@ -55,6 +55,7 @@ class Bytes {
 [[noreturn]] void fail(const std::string& what);
 struct Case;
 void describe(const Case& c);  // names the case in failure messages
+void describe_more(const std::string& text);  // adds a line (scalars, a plan) to that name
 #define MHC_FUZZ_CHECK(cond, what) \
   do {                             \
     if (!(cond)) ::mhc_fuzz::fail(std::string(what) + " [" #cond "]"); \
@@ -183,10 +184,17 @@ struct Slot {
 };
 // The tensors of `slots`, in order, into c.tensors as generate() makes them: a
 // layout and the mutations, placement in one arena, aliasing of another tensor;
-// then the value seed and the NaN/Inf rate.
-void lay_out(Bytes& in, Case& c, const std::vector<Slot>& slots, bool bsnd);
+// then the value seed and the NaN/Inf rate. `aclnn` adds what generate() adds
+// for the aclnn face (format, view offset, aclDataType, storage dims, strides
+// left to aclCreateTensor); `mutations`, when given, gets each tensor's number
+// of mutations (0: the tensor is as its slot says, in one of the layouts).
+void lay_out(Bytes& in, Case& c, const std::vector<Slot>& slots, bool bsnd, bool aclnn = false,
+             std::vector<int>* mutations = nullptr);
 // After an accepted call: every arena byte outside the present output views is
 // as it was (`after` is the arena's memory after the call).
 void check_only_outputs_written(Case& c, const Arena& arena, const uint8_t* after, const char* what);
+// Every element of the present output views has the same bits in `got` and
+// `want` (two arenas of the case's layout), or is NaN in both.
+void check_outputs_equal(Case& c, const uint8_t* got, const uint8_t* want, const std::string& what);
 
 }  // namespace mhc_fuzz

@@ -49,7 +49,13 @@ aclnnStatus check_backward(const Checks& c, const PreSinkhornBackwardArgs& a, bo
     ACLNN_RETURN_IF_ERROR(c.info(in, &i));
     *empty = *empty || element_count(i.dims) == 0;
   }
-  if (*empty) return ACLNN_SUCCESS;
+  if (*empty) {  // nothing runs, but every tensor given must still be a live one
+    for (const TensorArg& t : {a.phi, a.alpha, a.bias, a.grad_x, a.grad_phi, a.grad_alpha, a.grad_bias}) {
+      TensorInfo i;
+      ACLNN_RETURN_IF_ERROR(c.info(t, &i));
+    }
+    return ACLNN_SUCCESS;
+  }
 
   TensorInfo x, sum;
   ACLNN_RETURN_IF_ERROR(c.rank(a.x, {3, 4}));
