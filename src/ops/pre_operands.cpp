@@ -9,17 +9,12 @@
 #include "ops/isa.hpp"
 
 namespace mhc::ops {
-namespace {
-
-// N! with saturation (only compared against a tensor dim).
 int64_t factorial_saturated(int64_t n) {
   int64_t f = 1;
   for (int64_t i = 2; i <= n; ++i)
     if (__builtin_mul_overflow(f, i, &f)) return INT64_MAX;
   return f;
 }
-
-}  // namespace
 
 static_assert(kMaxOperandElements == int64_t(1) << 44, "kMaxOperandText says 2^44");
 const char* const kMaxOperandText = "2^44 elements, more than any machine's memory";

@@ -28,6 +28,9 @@ extern const char* const kMaxOperandText;
 // *product = a * b, false if that overflows or exceeds kMaxOperandElements.
 bool within_limit(int64_t a, int64_t b, int64_t* product);
 
+// N! with saturation (only compared against a tensor dim): the permutation form's R.
+int64_t factorial_saturated(int64_t n);
+
 // What x tells: layout, B, S, T, N, D, dtype.
 struct TokenSpace {
   core::Dims dims;

@@ -3,6 +3,7 @@
 // uses these loops too; the SIMD family gives the same bits. Each sum starts
 // from its first term and adds the others in index order.
 #include "core/dtype.hpp"
+#include "kernels/common/post_sums.hpp"
 #include "kernels/tables.hpp"
 
 namespace mhc::kernels::reference {
@@ -38,8 +39,6 @@ void backward(const PostBackwardOperands& o, float*, int64_t t0, int64_t t1) {
   const DType dt = s.x_dtype;
   const int64_t N = s.N, D = s.D;
   auto g = [&](int64_t t, int64_t j, int64_t d) { return core::load_element(o.grad_out.data, dt, o.grad_out.at(t, j) + d); };
-  auto x = [&](int64_t t, int64_t i, int64_t d) { return core::load_element(o.x.data, dt, o.x.at(t, i) + d); };
-  auto h_out = [&](int64_t t, int64_t d) { return core::load_element(o.h_out.data, dt, o.h_out.at(t, 0) + d); };
   for (int64_t t = t0; t < t1; ++t) {
     const float* h_post = o.h_post.at(t);
     const float* H = s.has_h_res ? o.h_res.at(t) : nullptr;
@@ -58,18 +57,7 @@ void backward(const PostBackwardOperands& o, float*, int64_t t0, int64_t t1) {
       for (int64_t j = 1; j < N; ++j) acc = acc + h_post[j] * g(t, j, d);
       core::store_element(o.grad_h_out.data, dt, o.grad_h_out.at(t, 0) + d, acc);
     }
-    if (o.grad_h_res.present())
-      for (int64_t i = 0; i < N; ++i)
-        for (int64_t j = 0; j < N; ++j) {
-          float acc = x(t, i, 0) * g(t, j, 0);
-          for (int64_t d = 1; d < D; ++d) acc = acc + x(t, i, d) * g(t, j, d);
-          o.grad_h_res.at(t)[i * N + j] = acc;
-        }
-    for (int64_t j = 0; j < N; ++j) {
-      float acc = h_out(t, 0) * g(t, j, 0);
-      for (int64_t d = 1; d < D; ++d) acc = acc + h_out(t, d) * g(t, j, d);
-      o.grad_h_post.at(t)[j] = acc;
-    }
+    common::post_sums_over_d(o, t);
   }
 }
 

@@ -15,6 +15,7 @@
 
 #include "hwy/cache_control.h"  // FlushStream
 #include "hwy/highway.h"
+#include "kernels/common/post_sums.hpp"
 #include "kernels/simd/simd.hpp"
 #include "kernels/simd/vec-inl.h"
 #include "kernels/tables.hpp"
@@ -293,7 +294,7 @@ void BackwardFour(const PostBackwardOperands& o, int64_t t0, int64_t t1, const T
 #endif  // HWY_TARGET != HWY_SCALAR
 
 // Any N: grad_x and grad_h_out across columns, the sums over D in the
-// reference's scalar loops (d in order).
+// reference's scalar loops (common::post_sums_over_d).
 template <DType T, DType GX>
 void BackwardTokens(const PostBackwardOperands& o, int64_t t0, int64_t t1, float* gs, bool stream) {
   const DF df;
@@ -321,19 +322,7 @@ void BackwardTokens(const PostBackwardOperands& o, int64_t t0, int64_t t1, float
       for (int64_t j = 1; j < N; ++j) acc = hn::Add(acc, hn::Mul(hn::Set(df, h_post[j]), hn::Load(df, gs + j * L)));
       StoreColumns<T>(df, acc, o.grad_h_out.data, o.grad_h_out.at(t, 0) + d, valid, stream);
     }
-    auto g = [&](int64_t j, int64_t d) { return core::load_element(o.grad_out.data, T, o.grad_out.at(t, j) + d); };
-    if (o.grad_h_res.present())
-      for (int64_t i = 0; i < N; ++i)
-        for (int64_t j = 0; j < N; ++j) {
-          float acc = core::load_element(o.x.data, T, o.x.at(t, i)) * g(j, 0);
-          for (int64_t d = 1; d < D; ++d) acc = acc + core::load_element(o.x.data, T, o.x.at(t, i) + d) * g(j, d);
-          o.grad_h_res.at(t)[i * N + j] = acc;
-        }
-    for (int64_t j = 0; j < N; ++j) {
-      float acc = core::load_element(o.h_out.data, T, o.h_out.at(t, 0)) * g(j, 0);
-      for (int64_t d = 1; d < D; ++d) acc = acc + core::load_element(o.h_out.data, T, o.h_out.at(t, 0) + d) * g(j, d);
-      o.grad_h_post.at(t)[j] = acc;
-    }
+    common::post_sums_over_d(o, t);
   }
 }
 

@@ -353,34 +353,32 @@ void BackwardTokensN(const SinkhornBackwardOperands& o, float* scratch, int64_t 
   }
 }
 
-// N up to 8 in registers (and the stack); larger N one token at a time in the
-// reference's loops, whose bits these are.
-void ForwardTokens(const SinkhornForwardOperands& o, float* scratch, int64_t t0, int64_t t1) {
-  switch (o.shape.N) {
-    case 1: return ForwardTokensN<1>(o, scratch, t0, t1);
-    case 2: return ForwardTokensN<2>(o, scratch, t0, t1);
-    case 3: return ForwardTokensN<3>(o, scratch, t0, t1);
-    case 4: return ForwardTokensN<4>(o, scratch, t0, t1);
-    case 5: return ForwardTokensN<5>(o, scratch, t0, t1);
-    case 6: return ForwardTokensN<6>(o, scratch, t0, t1);
-    case 7: return ForwardTokensN<7>(o, scratch, t0, t1);
-    case 8: return ForwardTokensN<8>(o, scratch, t0, t1);
-    default: return reference::kSinkhorn.forward(o, scratch, t0, t1);
+// N up to 8 in registers (and the stack): body.template operator()<N>(); false
+// for larger N, which run one token at a time in the reference's loops, whose
+// bits these are.
+template <class Body>
+bool WithFixedN(int64_t N, Body&& body) {
+  switch (N) {
+    case 1: return body.template operator()<1>(), true;
+    case 2: return body.template operator()<2>(), true;
+    case 3: return body.template operator()<3>(), true;
+    case 4: return body.template operator()<4>(), true;
+    case 5: return body.template operator()<5>(), true;
+    case 6: return body.template operator()<6>(), true;
+    case 7: return body.template operator()<7>(), true;
+    case 8: return body.template operator()<8>(), true;
+    default: return false;
   }
 }
 
+void ForwardTokens(const SinkhornForwardOperands& o, float* scratch, int64_t t0, int64_t t1) {
+  if (!WithFixedN(o.shape.N, [&]<int kN>() { ForwardTokensN<kN>(o, scratch, t0, t1); }))
+    reference::kSinkhorn.forward(o, scratch, t0, t1);
+}
+
 void BackwardTokens(const SinkhornBackwardOperands& o, float* scratch, int64_t t0, int64_t t1) {
-  switch (o.shape.N) {
-    case 1: return BackwardTokensN<1>(o, scratch, t0, t1);
-    case 2: return BackwardTokensN<2>(o, scratch, t0, t1);
-    case 3: return BackwardTokensN<3>(o, scratch, t0, t1);
-    case 4: return BackwardTokensN<4>(o, scratch, t0, t1);
-    case 5: return BackwardTokensN<5>(o, scratch, t0, t1);
-    case 6: return BackwardTokensN<6>(o, scratch, t0, t1);
-    case 7: return BackwardTokensN<7>(o, scratch, t0, t1);
-    case 8: return BackwardTokensN<8>(o, scratch, t0, t1);
-    default: return reference::kSinkhorn.backward(o, scratch, t0, t1);
-  }
+  if (!WithFixedN(o.shape.N, [&]<int kN>() { BackwardTokensN<kN>(o, scratch, t0, t1); }))
+    reference::kSinkhorn.backward(o, scratch, t0, t1);
 }
 
 }  // namespace

@@ -55,12 +55,10 @@ TensorView without_unit_dim(const TensorView& v, const TensorView& x) {
 Status check_residual_rows(const TensorView& x, const TensorView& phi) {
   if ((x.rank != 3 && x.rank != 4) || phi.rank != 2) return {};
   const int64_t N = x.shape[x.rank - 2];
-  if (N < 3 || N > 20) return {};  // N! = N*N for N = 1, 2; beyond 20 it overflows any dim
-  int64_t factorial = 1;
-  for (int64_t i = 2; i <= N; ++i) factorial *= i;
-  const int64_t F = 2 * N + N * N;
-  if (phi.shape[0] == 2 * N + factorial)
-    return shape_error("phi", "[F,N*D] with F = 2N+N*N = " + std::to_string(F) +
+  if (N < 1 || N > (int64_t(1) << 20)) return {};  // the pre block's checks name such x
+  const int64_t R = N * N, permutations = factorial_saturated(N);
+  if (permutations != R && phi.shape[0] - 2 * N == permutations)  // N = 1: the two forms are one
+    return shape_error("phi", "[F,N*D] with F = 2N+N*N = " + std::to_string(2 * N + R) +
                                   " (the fused pair's Sinkhorn takes N*N residual logits)",
                        phi);
   return {};
