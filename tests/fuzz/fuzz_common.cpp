@@ -246,6 +246,36 @@ int32_t random_invalid_dtype(Bytes& in) {
   return codes[in.pick(6)];
 }
 
+// The arena's size from the placement's cursor, then each tensor's offset brought
+// inside it (and misaligned or pushed to the end where the mutations asked), then
+// the aliases onto their targets. Reads no input.
+void settle_placement(Case& c, int64_t cursor, const std::vector<int64_t>& request,
+                      const std::vector<std::pair<int, int>>& aliases) {
+  c.arena_bytes = size_t(std::min<int64_t>(cursor, int64_t(kMaxArena)));
+  for (size_t s = 0; s < c.tensors.size(); ++s) {
+    Tensor& t = c.tensors[s];
+    const int64_t esize = std::max<int64_t>(2, element_size_of(t.dtype));
+    if (c.arena_bytes == 0) { t.byte_offset = 0; continue; }
+    if (t.byte_offset >= int64_t(c.arena_bytes)) t.byte_offset = t.byte_offset % int64_t(c.arena_bytes) / esize * esize;
+    if (request[s] == 1 || request[s] == 2) t.byte_offset = std::min<int64_t>(t.byte_offset + request[s], c.arena_bytes - 1);
+    if (request[s] == 3) t.byte_offset = std::max<int64_t>(0, int64_t(c.arena_bytes) - esize);
+  }
+  for (auto [self, other] : aliases) {
+    Tensor& t = c.tensors[self];
+    const bool exact = other < 0;
+    const Tensor& o = c.tensors[exact ? -1 - other : other];
+    t.byte_offset = o.byte_offset;
+    t.null_data = o.null_data;
+    if (exact) {
+      t.rank = o.rank;
+      std::copy(o.shape, o.shape + kRankCap, t.shape);
+      std::copy(o.strides, o.strides + kRankCap, t.strides);
+      t.dtype = o.dtype;
+      t.present = o.present;
+    }
+  }
+}
+
 // One mutation of a generated tensor.
 void mutate(Bytes& in, Tensor& t, bool aclnn, std::vector<std::pair<int, int>>* aliases, int self, int count) {
   const int kind = int(in.pick(32));
@@ -469,29 +499,7 @@ Case generate(Bytes& in, Op op, bool aclnn) {
     }
     if (aclnn && t.acl_offset == 0) t.acl_offset = int64_t(in.pick(6)) < 2 ? int64_t(in.pick(4)) : 0;
   }
-  c.arena_bytes = size_t(std::min<int64_t>(cursor, int64_t(kMaxArena)));
-  for (size_t s = 0; s < c.tensors.size(); ++s) {
-    Tensor& t = c.tensors[s];
-    const int64_t esize = std::max<int64_t>(2, element_size_of(t.dtype));
-    if (c.arena_bytes == 0) { t.byte_offset = 0; continue; }
-    if (t.byte_offset >= int64_t(c.arena_bytes)) t.byte_offset = t.byte_offset % int64_t(c.arena_bytes) / esize * esize;
-    if (request[s] == 1 || request[s] == 2) t.byte_offset = std::min<int64_t>(t.byte_offset + request[s], c.arena_bytes - 1);
-    if (request[s] == 3) t.byte_offset = std::max<int64_t>(0, int64_t(c.arena_bytes) - esize);
-  }
-  for (auto [self, other] : aliases) {
-    Tensor& t = c.tensors[self];
-    const bool exact = other < 0;
-    const Tensor& o = c.tensors[exact ? -1 - other : other];
-    t.byte_offset = o.byte_offset;
-    t.null_data = o.null_data;
-    if (exact) {
-      t.rank = o.rank;
-      std::copy(o.shape, o.shape + kRankCap, t.shape);
-      std::copy(o.strides, o.strides + kRankCap, t.strides);
-      t.dtype = o.dtype;
-      t.present = o.present;
-    }
-  }
+  settle_placement(c, cursor, request, aliases);
   // The one allowed alias, grad_x accumulating into grad_x_post in place, now and then.
   if (op == Op::backward && p.grad_x_post && in.chance(24)) {
     Tensor& gx = *c.find("grad_x");
@@ -553,29 +561,7 @@ void lay_out(Bytes& in, Case& c, const std::vector<Slot>& slots, bool bsnd, bool
     }
     if (aclnn && t.acl_offset == 0) t.acl_offset = int64_t(in.pick(6)) < 2 ? int64_t(in.pick(4)) : 0;
   }
-  c.arena_bytes = size_t(std::min<int64_t>(cursor, int64_t(kMaxArena)));
-  for (size_t s = 0; s < c.tensors.size(); ++s) {
-    Tensor& t = c.tensors[s];
-    const int64_t esize = std::max<int64_t>(2, element_size_of(t.dtype));
-    if (c.arena_bytes == 0) { t.byte_offset = 0; continue; }
-    if (t.byte_offset >= int64_t(c.arena_bytes)) t.byte_offset = t.byte_offset % int64_t(c.arena_bytes) / esize * esize;
-    if (request[s] == 1 || request[s] == 2) t.byte_offset = std::min<int64_t>(t.byte_offset + request[s], c.arena_bytes - 1);
-    if (request[s] == 3) t.byte_offset = std::max<int64_t>(0, int64_t(c.arena_bytes) - esize);
-  }
-  for (auto [self, other] : aliases) {
-    Tensor& t = c.tensors[self];
-    const bool exact = other < 0;
-    const Tensor& o = c.tensors[exact ? -1 - other : other];
-    t.byte_offset = o.byte_offset;
-    t.null_data = o.null_data;
-    if (exact) {
-      t.rank = o.rank;
-      std::copy(o.shape, o.shape + kRankCap, t.shape);
-      std::copy(o.strides, o.strides + kRankCap, t.strides);
-      t.dtype = o.dtype;
-      t.present = o.present;
-    }
-  }
+  settle_placement(c, cursor, request, aliases);
   if (aclnn) choose_acl_descriptors(in, c);
   c.value_seed = in.u64();
   const uint8_t special = in.u8();
