@@ -136,7 +136,7 @@ struct PreBackwardInputs {
   TensorView h_pre;                        // [.., N]
   std::optional<TensorView> h_post;        // [.., N]; required unless alpha has 1 entry
   std::optional<TensorView> gamma;        // [N, D]
-  std::optional<TensorView> grad_x_post;  // x's shape and dtype; absent = 0
+  std::optional<TensorView> grad_x_post;  // x's shape; x's dtype or fp32 (post_backward's grad_x); absent = 0
 };
 struct PreBackwardOutputs {
   TensorView grad_x;      // x's shape and dtype

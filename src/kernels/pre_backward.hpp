@@ -55,6 +55,7 @@ struct BackwardOperands {
   TokenRows<const float> h_pre;        // [T][N]
   TokenRows<const float> h_post;       // [T][N], absent for the head
   StreamRows<const void> grad_x_post;  // [T][N][D], or absent (0)
+  DType grad_x_post_dtype = DType::fp32;  // x's, or fp32 (MhcPostBackward's fp32 grad_x)
   StreamRows<void> grad_x;             // [T][N][D]
   Matrix<float> grad_phi;              // [F][K]
   Matrix<float> grad_gamma;            // [N][D], or absent

@@ -105,10 +105,14 @@ Status check_fp32(const char* name, const TensorView& v, const std::vector<Shape
 
 Status check_like_x(const char* name, const TensorView& v, const TokenSpace& space,
                     const ShapeOption& shape) {
+  return check_like_x_or(name, v, space, shape, "");
+}
+
+Status check_like_x_or(const char* name, const TensorView& v, const TokenSpace& space, const ShapeOption& shape,
+                       const char* also) {
   MHC_RETURN_IF_ERROR(check_view(name, v));
   if (v.dtype != space.dtype)
-    return dtype_error(name, std::string(core::dtype_name(space.dtype)) + " (x's dtype)",
-                                 v.dtype);
+    return dtype_error(name, std::string(core::dtype_name(space.dtype)) + " (x's dtype)" + also, v.dtype);
   return check_shape(name, v, {shape}, nullptr);
 }
 

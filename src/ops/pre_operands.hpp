@@ -52,6 +52,9 @@ Status check_phi_alpha(const char* phi_name, const TensorView& phi, const char* 
 Status check_fp32(const char* name, const TensorView& v, const std::vector<ShapeOption>& shapes,
                   int* chosen = nullptr);
 Status check_like_x(const char* name, const TensorView& v, const TokenSpace& space, const ShapeOption& shape);
+// The same, the expected dtype named with `also` after it (" or fp32").
+Status check_like_x_or(const char* name, const TensorView& v, const TokenSpace& space, const ShapeOption& shape,
+                       const char* also);
 // h_res / grad_h_res: [..,N,N] (only when R = N*N) or flat [..,R].
 std::vector<ShapeOption> residual_shapes(const TokenSpace& s);
 Status check_gamma(const char* name, const TensorView& gamma, const core::Dims& d);

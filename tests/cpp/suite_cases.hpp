@@ -75,6 +75,13 @@ inline std::vector<Config> oracle_configs() {
     c.seed = 100 + i++;
     out.push_back(c);
   }
+  // grad_x_post in fp32 with bf16 and fp16 x (MhcPostBackward's fp32 grad_x, fed unrounded).
+  for (DType dtype : {DType::bf16, DType::fp16}) {
+    Config c;
+    c.N = 4; c.D = 300; c.B = 2; c.S = 3; c.bsnd = dtype == DType::bf16; c.dtype = dtype;
+    c.grad_x_post = true; c.grad_x_post_fp32 = true; c.seed = 100 + i++;
+    out.push_back(c);
+  }
   return out;
 }
 

@@ -263,6 +263,7 @@ struct Config {
   FForm form = FForm::square;
   bool gamma = true;
   bool grad_x_post = false;
+  bool grad_x_post_fp32 = false;  // grad_x_post in fp32 whatever x's dtype (MhcPostBackward's fp32 grad_x)
   bool caches = true;          // forward produces inv_rms, h_mix, h_pre
   bool flat_residual = false;  // h_res / grad_h_res as [.., R] even when R = N*N
   double norm_eps = 1e-6, hc_eps = 1e-6;
@@ -298,7 +299,7 @@ inline std::string Config::name() const {
                   (bsnd ? "B" + std::to_string(B) + "S" + std::to_string(S) : "T" + std::to_string(T())) +
                   "_" + dtype_name(dtype) + "_" + fform_name(form);
   if (gamma) s += "_gamma";
-  if (grad_x_post) s += "_gxpost";
+  if (grad_x_post) s += grad_x_post_fp32 ? "_gxpost32" : "_gxpost";
   if (!caches) s += "_nocache";
   if (flat_residual) s += "_flat";
   return s;
@@ -363,7 +364,7 @@ inline Operands make_operands(const Config& c) {
     fill(o.grad_h_res, [&] { return rng.normal(); });
   }
   if (c.grad_x_post) {
-    o.grad_x_post = make_tensor(c.dtype, c.token_shape({N, D}));
+    o.grad_x_post = make_tensor(c.grad_x_post_fp32 ? DType::fp32 : c.dtype, c.token_shape({N, D}));
     fill(o.grad_x_post, [&] { return rng.normal(); });
   }
   o.grad_x = make_tensor(c.dtype, c.token_shape({N, D}), kOutputFill);

@@ -92,9 +92,10 @@ std::vector<Rule> backward_rules() {
       dtype_rule("gamma_fp16", B, base, [](Call& k) { k.bin.gamma = retyped(*k.bin.gamma, DType::fp16); },
                  "gamma: expected dtype fp32, got fp16"),
       dtype_rule("grad_x_post_fp16", B, base, [](Call& k) { k.bin.grad_x_post = retyped(*k.bin.grad_x_post, DType::fp16); },
-                 "grad_x_post: expected dtype bf16 (x's dtype), got fp16"),
-      dtype_rule("grad_x_post_fp32", B, base, [&](Call& k) { k.bin.grad_x_post = k.add(DType::fp32, {2, 3, 4, 8}); },
-                 "grad_x_post: expected dtype bf16 (x's dtype), got fp32"),
+                 "grad_x_post: expected dtype bf16 (x's dtype) or fp32, got fp16"),
+      // fp32 is accepted with any x (MhcPostBackward's fp32 grad_x): its shape still counts.
+      shape_rule("grad_x_post_fp32_D_plus_1", B, base, [&](Call& k) { k.bin.grad_x_post = k.add(DType::fp32, {2, 3, 4, 9}); },
+                 "grad_x_post: expected [B,S,N,D]=[2,3,4,8], got [2,3,4,9]"),
       shape_rule("grad_x_post_D_plus_1", B, base, [&](Call& k) { k.bin.grad_x_post = k.add(DType::bf16, {2, 3, 4, 9}); },
                  "grad_x_post: expected [B,S,N,D]=[2,3,4,8], got [2,3,4,9]"),
       layout_rule("grad_x_post_odd_address", B, base,

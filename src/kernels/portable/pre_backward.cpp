@@ -80,7 +80,7 @@ void backward_columns(const BackwardStep& step, int64_t t0, int64_t t1, const Co
       gx += gamma[i] * gu[i];
       gx += c * v[i];
       if (o.grad_x_post.present())
-        gx += core::load_element(o.grad_x_post.data, d.x_dtype, o.grad_x_post.at(t, item.n) + j);
+        gx += core::load_element(o.grad_x_post.data, o.grad_x_post_dtype, o.grad_x_post.at(t, item.n) + j);
       core::store_element(o.grad_x.data, d.x_dtype, o.grad_x.at(t, item.n) + j, gx);
       gamma_partial[i] += v[i] * gu[i];
     }

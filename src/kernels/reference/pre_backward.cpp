@@ -98,7 +98,7 @@ void pre_backward(const BackwardOperands& o) {
   in.h_mix = gather(o.h_mix, 0, d.T, d.F);
   in.h_pre = gather(o.h_pre, 0, d.T, d.N);
   if (!d.head) in.h_post = gather(o.h_post, 0, d.T, d.N);
-  if (o.grad_x_post.present()) in.grad_x_post = gather(o.grad_x_post, d.x_dtype, 0, d.T, d.N, d.D);
+  if (o.grad_x_post.present()) in.grad_x_post = gather(o.grad_x_post, o.grad_x_post_dtype, 0, d.T, d.N, d.D);
   const BackwardOutputs64 out = backward(in);
   scatter(o.grad_x, d.x_dtype, out.grad_x, 0, d.T, d.N, d.D);
   scatter(o.grad_phi, out.grad_phi, d.F, d.K);

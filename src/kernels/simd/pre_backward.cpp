@@ -187,7 +187,8 @@ void BackwardRows(const BackwardStep& step, int64_t chunk0, int64_t t0, int64_t 
   const bool has_post = o.grad_x_post.present();
   // grad_x far larger than the caches: stream it to memory.
   const bool stream = d.T * d.K * core::element_size(d.x_dtype) > kStreamBytes;
-  WithDType(d.x_dtype, [&]<DType T>() {  // grad_h_in, grad_x_post and grad_x have x's dtype
+  const DType post_dtype = o.grad_x_post_dtype;  // x's or fp32
+  WithDType(d.x_dtype, [&]<DType T>() {  // grad_h_in and grad_x have x's dtype
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t gh_at = o.grad_h_in.at(t, 0);
       for (int64_t n = 0; n < d.N; ++n) {
@@ -198,7 +199,9 @@ void BackwardRows(const BackwardStep& step, int64_t chunk0, int64_t t0, int64_t 
         for (; j < full; j += L, ++strip) {
           const VF y = hn::Load(df, tiles.gu_at(n, strip, t - chunk0));
           VF gx = hn::MulAdd(h_pre, LoadT<T>(df, o.grad_h_in.data, gh_at + j), y);
-          if (has_post) gx = hn::Add(gx, LoadT<T>(df, o.grad_x_post.data, post_at + j));
+          if (has_post)
+            gx = hn::Add(gx, post_dtype == T ? LoadT<T>(df, o.grad_x_post.data, post_at + j)
+                                             : LoadT<DType::fp32>(df, o.grad_x_post.data, post_at + j));
           if (stream) StreamT<T>(df, gx, o.grad_x.data, out_at + j);
           else StoreT<T>(df, gx, o.grad_x.data, out_at + j);
         }
@@ -206,7 +209,7 @@ void BackwardRows(const BackwardStep& step, int64_t chunk0, int64_t t0, int64_t 
           const int64_t width = std::min(L, d.D - j);
           const VF y = hn::Load(df, tiles.gu_at(n, strip, t - chunk0));
           VF gx = hn::MulAdd(h_pre, LoadRow(df, o.grad_h_in.data, T, gh_at + j, 1, width), y);
-          if (has_post) gx = hn::Add(gx, LoadRow(df, o.grad_x_post.data, T, post_at + j, 1, width));
+          if (has_post) gx = hn::Add(gx, LoadRow(df, o.grad_x_post.data, post_dtype, post_at + j, 1, width));
           StoreRow(df, gx, o.grad_x.data, T, out_at + j, 1, width);
         }
       }

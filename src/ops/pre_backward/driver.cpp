@@ -67,6 +67,7 @@ kernels::BackwardOperands operands_of(const core::BackwardProblem& p) {
   o.h_pre = token_rows<const float>(p.h_pre);
   o.h_post = token_rows<const float>(p.h_post);
   o.grad_x_post = stream_rows<const void>(p.grad_x_post);
+  if (p.grad_x_post.data != nullptr) o.grad_x_post_dtype = p.grad_x_post.dtype;
   o.grad_x = stream_rows<void>(p.grad_x);
   o.grad_phi = matrix<float>(p.grad_phi);
   o.grad_gamma = matrix<float>(p.grad_gamma);

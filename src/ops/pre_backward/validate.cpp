@@ -8,6 +8,14 @@
 
 namespace mhc::ops::pre_backward {
 
+// grad_x_post: x's shape, in x's dtype or fp32 (our extension: MhcPostBackward's
+// fp32 grad_x feeds it without a rounding; the aclnn face keeps CANN's x's dtype).
+static Status check_grad_x_post(const TensorView& v, const TokenSpace& space, const ShapeOption& shape) {
+  if (v.dtype != DType::fp32) return check_like_x_or("grad_x_post", v, space, shape, " or fp32");
+  MHC_RETURN_IF_ERROR(check_view("grad_x_post", v));
+  return check_shape("grad_x_post", v, {shape}, nullptr);
+}
+
 Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out, const Options& options,
                 core::BackwardProblem* p, const Rules& rules) {
   TokenSpace s;
@@ -33,7 +41,7 @@ Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out, cons
   if (h_post) MHC_RETURN_IF_ERROR(check_fp32("h_post", *h_post, {s.shape({"N"}, {d.N})}));
   if (in.gamma) MHC_RETURN_IF_ERROR(check_gamma("gamma", *in.gamma, d));
   const ShapeOption x_shape = s.shape({"N", "D"}, {d.N, d.D});
-  if (in.grad_x_post) MHC_RETURN_IF_ERROR(check_like_x("grad_x_post", *in.grad_x_post, s, x_shape));
+  if (in.grad_x_post) MHC_RETURN_IF_ERROR(check_grad_x_post(*in.grad_x_post, s, x_shape));
   if (rules.eps_values) MHC_RETURN_IF_ERROR(check_eps("hc_eps", options.hc_eps));
   MHC_RETURN_IF_ERROR(check_threads(options.num_threads));
   bool hf32 = false;
