@@ -19,6 +19,9 @@ The rest of the layer (SPEC §10-§13), each forward differentiable too:
     grad_x, grad_H, grad_h_out, grad_h_post = mhc.npu_mhc_post_backward(g, x, H, h_out, h_post)
     h_in, h_post, H = mhc.mhc_pre_sinkhorn(x, phi, alpha, bias, hc_mult=N)   # CANN's fused pair
 
+    torch.ops.mhc.npu_mhc_pre(x, phi, alpha, bias)   # every operator, with meta kernels
+    mhc.register_npu_namespace()                     # the same as torch.ops.npu.* (torch_npu's)
+
     mhc.set_isa("portable")   # the kernel family of later calls (None: back to the default)
     mhc.isa(), mhc.available_isas()
 
@@ -32,7 +35,8 @@ from .ops import (get_num_threads, mhc_pre_sinkhorn, mhc_pre_sinkhorn_backward, 
                   npu_mhc_post_backward, npu_mhc_pre, npu_mhc_pre_backward, npu_mhc_sinkhorn,
                   npu_mhc_sinkhorn_backward, set_num_threads)
 from ._output_cache import get_output_cache, set_output_cache
-from . import nn  # mhc.nn.MhcPre, the pre block as a torch.nn.Module
+from .torch_library import register_npu_namespace  # defines torch.ops.mhc.*
+from . import nn  # mhc.nn: MhcBlock, MhcHead, expand_streams, MhcPre as torch.nn modules
 
 __version__ = _lib.version()
 
@@ -42,5 +46,5 @@ __all__ = [
     "npu_mhc_post", "npu_mhc_post_backward", "MhcPostFunction",
     "mhc_pre_sinkhorn", "mhc_pre_sinkhorn_backward", "MhcPreSinkhornFunction",
     "set_num_threads", "get_num_threads", "set_output_cache", "get_output_cache",
-    "set_isa", "isa", "available_isas", "__version__",
+    "set_isa", "isa", "available_isas", "register_npu_namespace", "__version__",
 ]

@@ -20,6 +20,12 @@ import torch
 from . import _lib
 from ._output_cache import cache as _outputs
 
+try:  # torch.compile's shape-only tensors
+    from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
+except ImportError:  # a torch without them: nothing is one
+    class _FakeTensor:
+        pass
+
 _MHC_DTYPE = {torch.bfloat16: _lib.BF16, torch.float16: _lib.FP16, torch.float32: _lib.FP32}
 _X_DTYPES = "bf16, fp16 or fp32"
 
@@ -76,7 +82,7 @@ def _check(name, t, expected=_X_DTYPES, optional=False):
         raise TypeError(f"{name}: expected a torch.Tensor, got None")
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cpu":
+    if t.device.type not in ("cpu", "meta"):
         raise ValueError(f"{name}: expected a CPU tensor, got device {t.device}")
     if t.layout != torch.strided:
         raise ValueError(f"{name}: expected a dense (strided) tensor, got layout {t.layout}")
@@ -103,6 +109,29 @@ def _view(t):
 
 def _ptr(view):
     return None if view is None else ctypes.byref(view)
+
+
+def _has_data(t):
+    """False for a meta tensor or a FakeTensor (shapes and dtypes without memory)."""
+    return t.device.type != "meta" and not isinstance(t, _FakeTensor)
+
+
+def _allocator(**tensors):
+    """(empty, shape_only) for one call, given its tensors by name: with CPU tensors, the
+    output cache's empty and False; with meta or fake ones only (torch's shape
+    propagation: the meta kernels of torch.ops.mhc, torch.compile's fake tensors) outputs
+    made like them, and True: the library is then not called, only the outputs' shapes
+    and dtypes are computed. A meta or fake tensor among CPU ones is a ValueError naming it."""
+    present = [(name, t) for name, t in tensors.items() if t is not None]
+    shapes_only = [(name, t) for name, t in present if not _has_data(t)]
+    if not shapes_only:
+        return _outputs.empty, False
+    if len(shapes_only) == len(present):
+        device = present[0][1].device
+        return (lambda shape, dtype: torch.empty(shape, dtype=dtype, device=device)), True
+    name, t = shapes_only[0]
+    what = "device meta" if t.device.type == "meta" else "a fake tensor"
+    raise ValueError(f"{name}: expected a CPU tensor, got {what} (with meta or fake tensors, every input is one)")
 
 
 def _eps(name, value):
@@ -209,23 +238,26 @@ def check_pre_args(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag, inner
 def run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, matmul_precision, with_caches):
     """The library's forward on checked arguments: (h_in, h_post, h_res, inv_rms, h_mix,
     h_pre), the last three None unless with_caches."""
+    empty, shape_only = _allocator(x=x, phi=phi, alpha=alpha, bias=bias, gamma=gamma)
     # Shapes of the outputs follow the inputs; the library checks they agree.
     lead, n, d, f = _output_dims(x, phi)
     r = max(f - 2 * n, 0)
     f32 = torch.float32
     branches = _branches(alpha)
-    h_in = _outputs.empty(lead + (d,), x.dtype)
+    h_in = empty(lead + (d,), x.dtype)
     h_post = h_res = None  # the head has neither, a two-entry alpha no h_res (SPEC §6)
     if branches >= 2:
-        h_post = _outputs.empty(lead + (n,), f32)
+        h_post = empty(lead + (n,), f32)
     if branches == 3:
-        h_res = _outputs.empty(lead + ((n, n) if r == n * n else (r,)), f32)
+        h_res = empty(lead + ((n, n) if r == n * n else (r,)), f32)
     inv_rms = h_mix = h_pre = None
     if with_caches:
-        inv_rms = _outputs.empty(lead, f32)
-        h_mix = _outputs.empty(lead + (f,), f32)
-        h_pre = _outputs.empty(lead + (n,), f32)
+        inv_rms = empty(lead, f32)
+        h_mix = empty(lead + (f,), f32)
+        h_pre = empty(lead + (n,), f32)
 
+    if shape_only:
+        return h_in, h_post, h_res, inv_rms, h_mix, h_pre
     views = [_view(t) for t in (x, phi, alpha, bias, gamma, h_in, h_post, h_res, inv_rms, h_mix, h_pre)]
     options = _options(norm_eps, hc_eps, matmul_precision)
     status = _lib.lib.mhc_pre_forward(*[_ptr(v) for v in views], ctypes.byref(options))
@@ -264,13 +296,18 @@ def npu_mhc_pre_backward(x, phi, alpha, grad_h_in, grad_h_post, grad_h_res, inv_
 
     f32 = torch.float32
     _, n, d, f = _output_dims(x, phi)
-    grad_x = _outputs.empty(x.shape, x.dtype)
-    grad_phi = _outputs.empty((f, n * d), f32)
+    empty, shape_only = _allocator(x=x, phi=phi, alpha=alpha, grad_h_in=grad_h_in, grad_h_post=grad_h_post,
+                                   grad_h_res=grad_h_res, inv_rms=inv_rms, h_mix=h_mix, h_pre=h_pre,
+                                   h_post=h_post, gamma=gamma, grad_x_post=grad_x_post)
+    grad_x = empty(x.shape, x.dtype)
+    grad_phi = empty((f, n * d), f32)
     # alpha's own shape unless it is impossible: the library then rejects alpha first.
-    grad_alpha = _outputs.empty(alpha.shape if alpha.numel() <= 3 else (3,), f32)
-    grad_bias = _outputs.empty((f,), f32)
-    grad_gamma = _outputs.empty((n, d), f32) if gamma is not None else None
+    grad_alpha = empty(alpha.shape if alpha.numel() <= 3 else (3,), f32)
+    grad_bias = empty((f,), f32)
+    grad_gamma = empty((n, d), f32) if gamma is not None else None
 
+    if shape_only:
+        return grad_x, grad_phi, grad_alpha, grad_bias, empty((n, d), f32) if gamma is None else grad_gamma
     tensors = (x, phi, alpha, grad_h_in, grad_h_post, grad_h_res, inv_rms, h_mix, h_pre, h_post,
                gamma, grad_x_post, grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma)
     views = [_view(t) for t in tensors]
@@ -341,6 +378,7 @@ def check_sinkhorn_args(x, eps, num_iters, out_flag):
 def run_sinkhorn_forward(x, eps, num_iters, with_caches):
     """The library's MhcSinkhorn on checked arguments: (y, norm_out, sum_out), the caches
     None unless with_caches (then [2I, *lead, N, Na] and [2I, *lead, Na])."""
+    empty, shape_only = _allocator(x=x)
     lead, rows, n = _square_token_dims(x)
     f32 = torch.float32
     norm_out = sum_out = None
@@ -349,10 +387,12 @@ def run_sinkhorn_forward(x, eps, num_iters, with_caches):
         slots = 2 * num_iters
         _check_limit("num_iters", f"the caches' 2*num_iters*T*N*Na (Na = {pitch})",
                      slots * _count(lead) * rows * pitch, f"num_iters={num_iters} with x {_dims(x.shape)}")
-    y = _outputs.empty(x.shape, f32)
+    y = empty(x.shape, f32)
     if with_caches:
-        norm_out = _outputs.empty((slots,) + lead + (rows, pitch), f32)
-        sum_out = _outputs.empty((slots,) + lead + (pitch,), f32)
+        norm_out = empty((slots,) + lead + (rows, pitch), f32)
+        sum_out = empty((slots,) + lead + (pitch,), f32)
+    if shape_only:
+        return y, norm_out, sum_out
     views = [_view(t) for t in (x, y, norm_out, sum_out)]
     options = _options(None, 1e-6)
     status = _lib.sinkhorn_forward(_ptr(views[0]), eps, num_iters, *[_ptr(v) for v in views[1:]],
@@ -364,10 +404,13 @@ def run_sinkhorn_forward(x, eps, num_iters, with_caches):
 def run_sinkhorn_backward(grad_y, norm_out, sum_out, x, eps, num_iters):
     """The library's MhcSinkhornBackward on checked arguments, from the caches (x None) or
     from x, eps and num_iters alone (the caches None); the two give the same bits."""
+    empty, shape_only = _allocator(grad_y=grad_y, norm_out=norm_out, sum_out=sum_out, x=x)
     if grad_y.dim() not in (3, 4):
         raise ValueError(f"grad_y: expected shape [B,S,N,N] or [T,N,N], got {_dims(grad_y.shape)}")
     _check_limit("grad_y", "T*N*N", grad_y.numel(), _dims(grad_y.shape))
-    grad_x = _outputs.empty(grad_y.shape, torch.float32)
+    grad_x = empty(grad_y.shape, torch.float32)
+    if shape_only:
+        return grad_x
     views = [_view(t) for t in (grad_y, norm_out, sum_out, x)]
     out = _view(grad_x)
     options = _options(None, 1e-6)
@@ -413,8 +456,11 @@ def _post_dims(x):
 
 def run_post_forward(x, h_res, h_out, h_post):
     """The library's MhcPost on checked arguments: out, x's shape and dtype."""
+    empty, shape_only = _allocator(x=x, h_res=h_res, h_out=h_out, h_post=h_post)
     _post_dims(x)
-    out = _outputs.empty(x.shape, x.dtype)
+    out = empty(x.shape, x.dtype)
+    if shape_only:
+        return out
     views = [_view(t) for t in (x, h_res, h_out, h_post, out)]
     status = _lib.post_forward(*[_ptr(v) for v in views], ctypes.byref(_options(None, 1e-6)))
     _raise_on_error(status, _POST_NAMES)
@@ -433,12 +479,15 @@ def _grad_x_dtype(grad_x_dtype, x):
 def run_post_backward(grad_y, x, h_res, h_out, h_post, grad_x_dtype, with_grad_h_res=True):
     """The library's MhcPostBackward on checked arguments: (grad_x, grad_h_res, grad_h_out,
     grad_h_post); grad_h_res None unless with_grad_h_res."""
+    empty, shape_only = _allocator(grad_y=grad_y, x=x, h_res=h_res, h_out=h_out, h_post=h_post)
     lead, n, d = _post_dims(x)
     f32 = torch.float32
-    grad_x = _outputs.empty(x.shape, grad_x_dtype)
-    grad_h_res = _outputs.empty(lead + (n, n), f32) if with_grad_h_res else None
-    grad_h_out = _outputs.empty(lead + (d,), x.dtype)
-    grad_h_post = _outputs.empty(lead + (n,), f32)
+    grad_x = empty(x.shape, grad_x_dtype)
+    grad_h_res = empty(lead + (n, n), f32) if with_grad_h_res else None
+    grad_h_out = empty(lead + (d,), x.dtype)
+    grad_h_post = empty(lead + (n,), f32)
+    if shape_only:
+        return grad_x, grad_h_res, grad_h_out, grad_h_post
     tensors = (grad_y, x, h_res, h_out, h_post, grad_x, grad_h_res, grad_h_out, grad_h_post)
     views = [_view(t) for t in tensors]
     status = _lib.post_backward(*[_ptr(v) for v in views], ctypes.byref(_options(None, 1e-6)))
@@ -511,6 +560,7 @@ def run_pre_sinkhorn_forward(x, phi, alpha, bias, num_iters, hc_eps, norm_eps, w
     (h_in, h_post, h_res, h_pre, hc_before_norm, inv_rms, sum_out, norm_out), the last five
     None unless with_caches. h_res [.., N*N]; h_pre [.., N]; hc_before_norm = h_mix [.., F];
     inv_rms [.., 1]; sum_out [2I, .., N]; norm_out [2I, .., N, N]."""
+    empty, shape_only = _allocator(x=x, phi=phi, alpha=alpha, bias=bias)
     lead, n, d, f = _output_dims(x, phi)
     f32 = torch.float32
     tokens = _count(lead)
@@ -518,16 +568,18 @@ def run_pre_sinkhorn_forward(x, phi, alpha, bias, num_iters, hc_eps, norm_eps, w
     if with_caches:
         _check_limit("num_iters", "the caches' 2*num_iters*T*N*N", slots * tokens * n * n,
                      f"num_iters={num_iters} with x {_dims(x.shape)}")
-    h_in = _outputs.empty(lead + (d,), x.dtype)
-    h_post = _outputs.empty(lead + (n,), f32)
-    h_res = _outputs.empty(lead + (n * n,), f32)
+    h_in = empty(lead + (d,), x.dtype)
+    h_post = empty(lead + (n,), f32)
+    h_res = empty(lead + (n * n,), f32)
     h_pre = h_mix = inv_rms = sum_out = norm_out = None
     if with_caches:
-        h_pre = _outputs.empty(lead + (n,), f32)
-        h_mix = _outputs.empty(lead + (f,), f32)
-        inv_rms = _outputs.empty(lead + (1,), f32)
-        sum_out = _outputs.empty((slots,) + lead + (n,), f32)
-        norm_out = _outputs.empty((slots,) + lead + (n, n), f32)
+        h_pre = empty(lead + (n,), f32)
+        h_mix = empty(lead + (f,), f32)
+        inv_rms = empty(lead + (1,), f32)
+        sum_out = empty((slots,) + lead + (n,), f32)
+        norm_out = empty((slots,) + lead + (n, n), f32)
+    if shape_only:
+        return h_in, h_post, h_res, h_pre, h_mix, inv_rms, sum_out, norm_out
     inputs = [_view(t) for t in (x, phi, alpha, bias)]
     # The library's order: h_in, h_post, h_res, then the caches inv_rms, h_mix, h_pre, norm_out, sum_out.
     outputs = [_view(t) for t in (h_in, h_post, h_res, _inv_rms_view(inv_rms, x), h_mix, h_pre,
@@ -561,10 +613,15 @@ def mhc_pre_sinkhorn_backward(grad_hin, grad_h_post, grad_h_res, x, phi, alpha, 
 
     f32 = torch.float32
     _, n, d, f = _output_dims(x, phi)
-    grad_x = _outputs.empty(x.shape, x.dtype)
-    grad_phi = _outputs.empty((f, n * d), f32)
-    grad_alpha = _outputs.empty(alpha.shape if alpha.numel() <= 3 else (3,), f32)
-    grad_bias = _outputs.empty((f,), f32)
+    empty, shape_only = _allocator(grad_hin=grad_hin, grad_h_post=grad_h_post, grad_h_res=grad_h_res, x=x,
+                                   phi=phi, alpha=alpha, bias=bias, h_pre=h_pre, hc_before_norm=hc_before_norm,
+                                   inv_rms=inv_rms, sum_out=sum_out, norm_out=norm_out)
+    grad_x = empty(x.shape, x.dtype)
+    grad_phi = empty((f, n * d), f32)
+    grad_alpha = empty(alpha.shape if alpha.numel() <= 3 else (3,), f32)
+    grad_bias = empty((f,), f32)
+    if shape_only:
+        return grad_x, grad_phi, grad_alpha, grad_bias
     tensors = (grad_hin, grad_h_post, grad_h_res, x, phi, alpha, bias, h_pre, hc_before_norm,
                _inv_rms_view(inv_rms, x), sum_out, norm_out, grad_x, grad_phi, grad_alpha, grad_bias)
     views = [_view(t) for t in tensors]

@@ -50,15 +50,15 @@ class MhcPreFunction(torch.autograd.Function):
             return (None,) * 5 + no_grads_of_options
         x, phi, alpha, gamma, inv_rms, h_mix, h_pre, h_post = ctx.saved_tensors
         if grad_h_in is None:
-            grad_h_in = torch.zeros(ctx.h_in_shape, dtype=x.dtype)
+            grad_h_in = torch.zeros(ctx.h_in_shape, dtype=x.dtype, device=x.device)
         if h_post is None:
             grad_h_post = None  # one-entry alpha, the head: no post branch
         elif grad_h_post is None:
-            grad_h_post = torch.zeros(h_post.shape, dtype=torch.float32)
+            grad_h_post = torch.zeros(h_post.shape, dtype=torch.float32, device=x.device)
         if ctx.h_res_shape is None:
             grad_h_res = None  # one- or two-entry alpha: no residual branch
         elif grad_h_res is None:
-            grad_h_res = torch.zeros(ctx.h_res_shape, dtype=torch.float32)
+            grad_h_res = torch.zeros(ctx.h_res_shape, dtype=torch.float32, device=x.device)
         grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma = npu_mhc_pre_backward(
             x, phi, alpha, grad_h_in, grad_h_post, grad_h_res, inv_rms, h_mix, h_pre, h_post,
             gamma=gamma, hc_eps=ctx.hc_eps)
@@ -188,11 +188,11 @@ class MhcPreSinkhornFunction(torch.autograd.Function):
         x, phi, alpha, bias, h_pre, h_mix, inv_rms, sum_out, norm_out = ctx.saved_tensors
         in_shape, post_shape, res_shape = ctx.shapes
         if grad_h_in is None:
-            grad_h_in = torch.zeros(in_shape, dtype=x.dtype)
+            grad_h_in = torch.zeros(in_shape, dtype=x.dtype, device=x.device)
         if grad_h_post is None:
-            grad_h_post = torch.zeros(post_shape, dtype=torch.float32)
+            grad_h_post = torch.zeros(post_shape, dtype=torch.float32, device=x.device)
         if grad_h_res is None:
-            grad_h_res = torch.zeros(res_shape, dtype=torch.float32)
+            grad_h_res = torch.zeros(res_shape, dtype=torch.float32, device=x.device)
         grads = mhc_pre_sinkhorn_backward(grad_h_in, grad_h_post, grad_h_res, x, phi, alpha, bias, h_pre,
                                           h_mix, inv_rms, sum_out, norm_out, hc_eps=ctx.hc_eps)
         return tuple(g if need else None for g, need in zip(grads, needs[:4])) + no_grads_of_options

@@ -187,9 +187,10 @@ def error_of(call):
     return info.type, str(info.value)
 
 
-# Caught by the Python-side checks before any output is allocated (the others later:
-# x's rank while the outputs are shaped, the rest by the library before it computes).
-PYTHON_SIDE = {"out_flag 2", "out_flag True", "norm_eps str", "x fp64", "gamma on meta"}
+# Caught by the Python-side checks before the forward starts (the others later: a meta
+# tensor among CPU ones and x's rank while the outputs are shaped, the rest by the
+# library before it computes).
+PYTHON_SIDE = {"out_flag 2", "out_flag True", "norm_eps str", "x fp64"}
 BAD_CALLS = {
     "out_flag 2": lambda a: call_npu(a, out_flag=2),
     "out_flag True": lambda a: call_npu(a, out_flag=True),
