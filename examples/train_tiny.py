@@ -1,30 +1,35 @@
 #!/usr/bin/env python3
-"""Train a tiny mHC language model on CPU with mhc's pre block.
+"""Train a tiny mHC language model on CPU, every mHC step an operator of mhc.
 
-The network: character embeddings, replicated to N residual streams; L layers of
-[attention sub-layer, MLP sub-layer], each sub-layer wrapped in hyper-connections:
+The network: character embeddings, copied to N residual streams (mhc.nn.expand_streams);
+L layers of [attention sub-layer, MLP sub-layer], each sub-layer an mhc.nn.MhcBlock
+(SPEC §13):
 
-    h_in, h_post, h_res = pre(streams)                 the mHC pre block (mhc.nn.MhcPre)
-    out     = sublayer(rmsnorm(h_in))                   [.., D]
-    streams = softmax(h_res, -1) @ streams + h_post[.., :, None] * out[.., None, :]
+    h_in, h_post, z_res = MhcPre(streams)                  [.., D], [.., N], [.., N, N]
+    H       = MhcSinkhorn(z_res)                            doubly stochastic N x N
+    streams = MhcPost(streams, H, sublayer(h_in), h_post)   out_j = h_post_j out + sum_i H_ij x_i
 
-The post side is plain torch. h_res are the residual logits (SPEC §2: no Sinkhorn in
-the operator); we turn them into a row-stochastic N x N matrix with a row softmax,
-which keeps every stream a convex mix of streams (stable, no Sinkhorn needed) -- a
-simpler stand-in for the paper's doubly stochastic Sinkhorn projection. The output
-reads the mean of the streams.
+(the sub-layer is rmsnorm + attention or rmsnorm + MLP); then mhc.nn.MhcHead, the
+weighted sum of the streams, the final norm and the output projection. The backward
+is the library's: MhcPostBackward, MhcSinkhornBackward, MhcPreBackward with the post's
+grad_x as grad_x_post.
 
 The data: a deterministic synthetic corpus of arithmetic lines ("37+45=82",
 "81-29=52"), generated here from a seed; no downloads. The digits of the operands are
 random (ln 10 nats each), the rest -- format and results -- is learnable.
 
 Modes (all on CPU):
-    train_tiny.py                      train with mhc.nn.MhcPre (the library's kernels)
-    train_tiny.py --reference          the same with the pre block written in torch ops
-                                       (SPEC §2; autograd does the backward)
-    train_tiny.py --compare            both, identically initialised, stepped alternately
-                                       on the same batches (fair timing on a shared
-                                       machine); reports the loss agreement and ms/step
+    train_tiny.py                      train the mHC model on mhc's operators
+    train_tiny.py --reference          the same model with the whole layer in torch ops
+                                       (mhc.nn.reference: SPEC §2, §10, §11, §6; autograd
+                                       does the backward)
+    train_tiny.py --residual           a plain residual model of the same size (no
+                                       hyper-connections: x + sublayer(x))
+    train_tiny.py --compare            all three, mhc and reference identically
+                                       initialised (the residual model shares their
+                                       sub-layers' initial weights), stepped in turn on the
+                                       same batches; reports the mhc/reference loss
+                                       agreement, mHC against the residual model, ms/step
     train_tiny.py --ddp 2              DistributedDataParallel, gloo, 2 processes on
                                        127.0.0.1; --batch is the global batch, split
                                        evenly; DDP all-reduces the grads our backward
@@ -59,8 +64,12 @@ except ImportError:  # run from a checkout without PYTHONPATH
     sys.path.insert(0, os.path.join(REPO, "python"))
     import mhc
 import mhc.nn  # noqa: E402  (explicit, although `import mhc` already loads it)
+from mhc.nn.reference import ReferenceMhcBlock, ReferenceMhcHead  # noqa: E402
 
 DEFAULT_PLOT = os.path.join(REPO, "docs", "train_tiny_loss.png")
+KINDS = ("mhc", "reference", "residual")
+LABELS = {"mhc": "mHC on mhc's operators", "reference": "mHC in torch ops (reference)",
+          "residual": "plain residual (no hyper-connections)"}
 
 # --------------------------------------------------------------------------- data
 
@@ -94,32 +103,6 @@ def global_batch(data, step, batch, seq, seed):
     idx = starts[:, None] + torch.arange(seq + 1)[None, :]
     chunk = data[idx]
     return chunk[:, :-1], chunk[:, 1:]
-
-
-# ------------------------------------------------------------------- the pre block
-
-def mhc_pre_torch(x, phi, alpha, bias, gamma=None, norm_eps=1e-6, hc_eps=1e-6):
-    """SPEC §2 in plain torch ops (square alpha form, F = 2N + N*N); autograd differentiates it."""
-    n = x.shape[-2]
-    xf = x.float()
-    v = xf.flatten(-2)                                               # [.., K]
-    r = torch.rsqrt(v.square().mean(-1, keepdim=True) + norm_eps)   # inv_rms, from raw x
-    u = v if gamma is None else v * gamma.flatten()
-    w = r * torch.matmul(u, phi.t())                                 # r * h_mix, [.., F]
-    scale = torch.cat([alpha[0].expand(n), alpha[1].expand(n), alpha[2].expand(n * n)])
-    z = w * scale + bias
-    h_pre = torch.sigmoid(z[..., :n]) + hc_eps
-    h_post = 2.0 * torch.sigmoid(z[..., n:2 * n])
-    h_res = z[..., 2 * n:].unflatten(-1, (n, n))
-    h_in = (h_pre.unsqueeze(-1) * xf).sum(-2).to(x.dtype)
-    return h_in, h_post, h_res
-
-
-class ReferenceMhcPre(mhc.nn.MhcPre):
-    """mhc.nn.MhcPre with the forward in torch ops: same parameters, same init."""
-
-    def forward(self, x):
-        return mhc_pre_torch(x, self.phi, self.alpha, self.bias, self.gamma, self.norm_eps, self.hc_eps)
 
 
 # ------------------------------------------------------------------------ the model
@@ -162,53 +145,85 @@ class MLP(nn.Module):
         return self.down(F.gelu(self.up(h)))
 
 
-class HyperConnection(nn.Module):
-    """One sub-layer on N residual streams: the mHC pre block, the sub-layer, the post merge."""
+class PreNorm(nn.Module):
+    """A sub-layer: rmsnorm, then attention or MLP ([B, S, D] -> [B, S, D])."""
 
-    def __init__(self, n, d, sublayer, pre_cls):
+    def __init__(self, d, inner):
         super().__init__()
-        self.pre = pre_cls(n, d)
         self.norm = RMSNorm(d)
+        self.inner = inner
+
+    def forward(self, h):
+        return self.inner(self.norm(h))
+
+
+class ResidualBlock(nn.Module):
+    """The plain residual connection x + sublayer(x), for the comparison."""
+
+    def __init__(self, sublayer):
+        super().__init__()
         self.sublayer = sublayer
 
-    def forward(self, streams):                        # [B, S, N, D]
-        h_in, h_post, h_res = self.pre(streams)        # [B,S,D], [B,S,N], [B,S,N,N]
-        out = self.sublayer(self.norm(h_in))           # [B, S, D]
-        mix = torch.softmax(h_res, dim=-1)             # row-stochastic N x N per token
-        return torch.matmul(mix, streams) + h_post.unsqueeze(-1) * out.unsqueeze(-2)
+    def forward(self, x):
+        return x + self.sublayer(x)
 
 
 class TinyLM(nn.Module):
-    def __init__(self, vocab, seq, n, d, layers, heads, mlp_ratio, reference=False):
+    """kind "mhc": expand_streams, MhcBlock per sub-layer, MhcHead; "reference": the same
+    with mhc.nn.reference's torch-ops twins (same parameters, same initialisation);
+    "residual": one stream, ResidualBlock per sub-layer (the same sub-layers)."""
+
+    def __init__(self, vocab, seq, n, d, layers, heads, mlp_ratio, kind="mhc", recompute=False):
         super().__init__()
-        pre_cls = ReferenceMhcPre if reference else mhc.nn.MhcPre
-        self.n = n
+        if kind not in KINDS:
+            raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
+        self.n, self.kind = n, kind
         self.tok = nn.Embedding(vocab, d)
         self.pos = nn.Embedding(seq, d)
-        blocks = []
+        subs = []
         for _ in range(layers):
-            blocks.append(HyperConnection(n, d, Attention(d, heads), pre_cls))
-            blocks.append(HyperConnection(n, d, MLP(d, mlp_ratio), pre_cls))
-        self.blocks = nn.ModuleList(blocks)
+            subs += [PreNorm(d, Attention(d, heads)), PreNorm(d, MLP(d, mlp_ratio))]
+        if kind == "residual":
+            self.blocks = nn.ModuleList(ResidualBlock(s) for s in subs)
+            self.hc_head = None
+        else:
+            block, head = (ReferenceMhcBlock, ReferenceMhcHead) if kind == "reference" else (
+                mhc.nn.MhcBlock, mhc.nn.MhcHead)
+            self.blocks = nn.ModuleList(block(n, d, s, recompute=recompute) for s in subs)
+            self.hc_head = head(n, d)
         self.norm = RMSNorm(d)
-        self.head = nn.Linear(d, vocab, bias=False)
-        for name, p in self.named_parameters():
-            if p.dim() == 2 and not name.endswith(".phi"):   # phi keeps MhcPre's own init
-                nn.init.normal_(p, 0.0, 0.02)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        for module in self.modules():  # the mHC parameters keep their own initialisation
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, 0.0, 0.02)
 
     def forward(self, idx):                            # [B, S] -> logits [B, S, V]
         s = idx.shape[1]
-        e = self.tok(idx) + self.pos(torch.arange(s))
-        streams = e.unsqueeze(-2).expand(*e.shape[:-1], self.n, e.shape[-1])  # N copies
-        for block in self.blocks:
-            streams = block(streams)
-        return self.head(self.norm(streams.mean(-2)))
+        h = self.tok(idx) + self.pos(torch.arange(s))  # [B, S, D]
+        if self.hc_head is None:
+            for block in self.blocks:
+                h = block(h)
+        else:
+            streams = mhc.nn.expand_streams(h, self.n)  # [B, S, N, D]
+            for block in self.blocks:
+                streams = block(streams)
+            h = self.hc_head(streams)
+        return self.lm_head(self.norm(h))
 
 
-def build_model(args, reference):
-    torch.manual_seed(args.seed)  # same seed, same parameter order: identical init
-    return TinyLM(len(VOCAB), args.seq, args.streams, args.hidden, args.layers, args.heads,
-                  args.mlp_ratio, reference=reference)
+def build_model(args, kind):
+    """Same seed, same parameter order: mhc and reference start identical; the residual
+    model then takes their shared parameters (embeddings, sub-layers, norm, output)."""
+    torch.manual_seed(args.seed)
+    make = lambda k: TinyLM(len(VOCAB), args.seq, args.streams, args.hidden, args.layers,  # noqa: E731
+                            args.heads, args.mlp_ratio, kind=k, recompute=args.recompute)
+    model = make(kind)
+    if kind == "residual":
+        torch.manual_seed(args.seed)
+        shared = make("mhc").state_dict()
+        own = model.state_dict()
+        model.load_state_dict({k: shared[k] for k in own})
+    return model
 
 
 def make_optimizer(args, model):
@@ -231,9 +246,9 @@ def lr_at(args, step):
 class Trainer:
     """One model, its optimizer, and its per-step record."""
 
-    def __init__(self, args, reference, model=None, rank=0, world=1):
-        self.args, self.rank, self.world = args, rank, world
-        self.model = model if model is not None else build_model(args, reference)
+    def __init__(self, args, kind, model=None, rank=0, world=1):
+        self.args, self.kind, self.rank, self.world = args, kind, rank, world
+        self.model = model if model is not None else build_model(args, kind)
         self.opt = make_optimizer(args, self.model)
         self.losses, self.ms = [], []
 
@@ -269,47 +284,75 @@ def summary_ms(ms, skip):
     return statistics.median(body), statistics.fmean(body)
 
 
+def held_out_losses(model, args, batches=32):
+    """The loss on each of `batches` batches of a held-out corpus (lines drawn from another
+    seed than the training corpus'), without gradients."""
+    data = make_corpus(seed=args.seed + 1)
+    losses = []
+    with torch.no_grad():
+        for i in range(batches):
+            x, y = global_batch(data, i, args.batch, args.seq, args.seed + 1)
+            logits = model(x)
+            losses.append(float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))))
+    return losses
+
+
+def paired(a, b):
+    """(mean of a - b, its standard error) over paired samples."""
+    d = [x - y for x, y in zip(a, b)]
+    return statistics.fmean(d), statistics.stdev(d) / math.sqrt(len(d))
+
+
 def describe(args):
     tokens = args.batch * args.seq
     return (f"N={args.streams} streams, D={args.hidden}, {args.layers} layers "
-            f"({2 * args.layers} mHC pre blocks), {args.heads} heads, MLP x{args.mlp_ratio}, "
+            f"({2 * args.layers} MhcBlocks), {args.heads} heads, MLP x{args.mlp_ratio}, "
             f"batch {args.batch} x seq {args.seq} = {tokens} tokens/step, {args.steps} steps, "
-            f"{args.optim} lr {args.lr:g}, fp32, {args.threads} thread(s), mhc isa {mhc.isa()}")
+            f"{args.optim} lr {args.lr:g}, fp32, {args.threads} thread(s), mhc isa {mhc.isa()}"
+            + (", recompute" if args.recompute else ""))
+
+
+def kind_of(args):
+    return "reference" if args.reference else "residual" if args.residual else "mhc"
 
 
 # ------------------------------------------------------------------------ the modes
 
-def run_single(args, reference, log=True):
+def run_single(args, kind, log=True):
     set_threads(args.threads)
     data = make_corpus(seed=args.seed)
-    tr = Trainer(args, reference)
-    name = "reference" if reference else "mhc"
+    tr = Trainer(args, kind)
     for step in range(args.steps):
         loss, ms = tr.step(data, step)
         if log:
-            print(f"step {step:4d} | {name} loss {loss:.5f} | {ms:7.1f} ms/step", flush=True)
+            print(f"step {step:4d} | {kind} loss {loss:.5f} | {ms:7.1f} ms/step", flush=True)
     return tr
 
 
-def bench_pre(args, reps=20):
-    """The pre block alone, forward + backward at the model's shape: mhc vs torch ops."""
+class Identity(nn.Module):
+    def forward(self, h):
+        return h
+
+
+def bench_mhc_part(args, reps=20):
+    """The mHC part of one sub-layer step alone (pre + Sinkhorn + post, forward and
+    backward, the sub-layer the identity) at the model's shape: ours against torch ops,
+    alternating, median ms."""
     torch.manual_seed(0)
-    ours = mhc.nn.MhcPre(args.streams, args.hidden)
-    ref = ReferenceMhcPre(args.streams, args.hidden)
-    ref.load_state_dict(ours.state_dict())
-    x = torch.randn(args.batch, args.seq, args.streams, args.hidden, requires_grad=True)
-    g = [torch.randn(args.batch, args.seq, args.hidden), torch.randn(args.batch, args.seq, args.streams),
-         torch.randn(args.batch, args.seq, args.streams, args.streams)]
-    times = {}
-    for name, mod in (("mhc", ours), ("reference", ref)):
-        ts = []
-        for _ in range(reps + 3):
+    n, d = args.streams, args.hidden
+    blocks = {"mhc": mhc.nn.MhcBlock(n, d, Identity()), "reference": ReferenceMhcBlock(n, d, Identity())}
+    blocks["reference"].load_state_dict(blocks["mhc"].state_dict())
+    x = torch.randn(args.batch, args.seq, n, d, requires_grad=True)
+    g = torch.randn(args.batch, args.seq, n, d)
+    times = {name: [] for name in blocks}
+    for i in range(reps + 3):
+        for name, block in blocks.items():
+            x.grad = None
             t0 = time.perf_counter()
-            out = mod(x)
-            torch.autograd.backward(out, g)
-            ts.append(1e3 * (time.perf_counter() - t0))
-        times[name] = statistics.median(ts[3:])
-    return times
+            block(x).backward(g)
+            if i >= 3:
+                times[name].append(1e3 * (time.perf_counter() - t0))
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def grad_agreement(model_a, model_b, data, args):
@@ -331,67 +374,109 @@ def grad_agreement(model_a, model_b, data, args):
 def run_compare(args):
     set_threads(args.threads)
     data = make_corpus(seed=args.seed)
-    ours, ref = Trainer(args, reference=False), Trainer(args, reference=True)
+    runs = {kind: Trainer(args, kind) for kind in KINDS}
+    ours, ref, res = runs["mhc"], runs["reference"], runs["residual"]
     sd_a, sd_b = ours.model.state_dict(), ref.model.state_dict()
     assert sd_a.keys() == sd_b.keys() and all(torch.equal(sd_a[k], sd_b[k]) for k in sd_a), "init differs"
+    counts = {k: sum(p.numel() for p in tr.model.parameters()) for k, tr in runs.items()}
     print(f"# compare: {describe(args)}", flush=True)
+    print(f"# parameters: mHC {counts['mhc']:,} (of which hyper-connections "
+          f"{counts['mhc'] - counts['residual']:,}), residual {counts['residual']:,}", flush=True)
     print(f"# step-0 gradients, mhc vs reference: {grad_agreement(ours.model, ref.model, data, args)}",
           flush=True)
     worst = 0.0
+    order = list(runs.values())
     for step in range(args.steps):
-        # Alternate which one goes first, so neither always inherits the other's caches.
-        pair = (ours, ref) if step % 2 == 0 else (ref, ours)
-        for tr in pair:
+        # Rotate which one goes first, so none always inherits another's caches.
+        for tr in order[step % 3:] + order[:step % 3]:
             tr.step(data, step)
-        la, lb = ours.losses[-1], ref.losses[-1]
+        la, lb, lc = ours.losses[-1], ref.losses[-1], res.losses[-1]
         rel = abs(la - lb) / abs(lb)
         worst = max(worst, rel)
-        print(f"step {step:4d} | mhc loss {la:.5f} {ours.ms[-1]:7.1f} ms | reference loss {lb:.5f} "
-              f"{ref.ms[-1]:7.1f} ms | rel diff {rel:.2e}", flush=True)
+        print(f"step {step:4d} | mhc {la:.5f} {ours.ms[-1]:6.1f} ms | reference {lb:.5f} "
+              f"{ref.ms[-1]:6.1f} ms | residual {lc:.5f} {res.ms[-1]:6.1f} ms | mhc/ref rel diff "
+              f"{rel:.2e}", flush=True)
     skip = min(10, args.steps // 10)
-    med_a, mean_a = summary_ms(ours.ms, skip)
-    med_b, mean_b = summary_ms(ref.ms, skip)
-    pre = bench_pre(args)
-    print(f"# loss: first {ours.losses[0]:.4f}, last mhc {ours.losses[-1]:.4f} reference "
-          f"{ref.losses[-1]:.4f}; max relative loss difference over {args.steps} steps: {worst:.3e}")
-    print(f"# ms/step (median, mean; first {skip} steps skipped): mhc {med_a:.1f}, {mean_a:.1f} | "
-          f"reference {med_b:.1f}, {mean_b:.1f} | speed-up {med_b / med_a:.2f}x (median)")
-    print(f"# the pre block alone, forward+backward at [{args.batch},{args.seq},{args.streams},"
-          f"{args.hidden}] fp32: mhc {pre['mhc']:.2f} ms, reference {pre['reference']:.2f} ms "
-          f"({pre['reference'] / pre['mhc']:.1f}x)", flush=True)
+    med = {k: summary_ms(tr.ms, skip) for k, tr in runs.items()}
+    part = bench_mhc_part(args)
+    held = {k: held_out_losses(tr.model, args) for k, tr in runs.items()}
+    mean_held = {k: statistics.fmean(v) for k, v in held.items()}
+    diff, se = paired(held["mhc"], held["residual"])
+    print(f"# loss: first {ours.losses[0]:.4f}; last mhc {ours.losses[-1]:.4f}, reference "
+          f"{ref.losses[-1]:.4f}, residual {res.losses[-1]:.4f}; max relative mhc/reference loss "
+          f"difference over {args.steps} steps: {worst:.3e}")
+    verdict = ("better than" if diff < -2 * se else "as well as (within noise)" if diff <= 2 * se
+               else "less well than")
+    print(f"# held-out loss ({len(held['mhc'])} batches of unseen lines): mhc {mean_held['mhc']:.4f}, "
+          f"reference {mean_held['reference']:.4f}, residual {mean_held['residual']:.4f}; mhc - residual "
+          f"{diff:+.4f} +- {se:.4f} (paired standard error): mHC learns {verdict} the plain residual "
+          f"model", flush=True)
+    print(f"# ms/step (median, mean; first {skip} steps skipped): "
+          + " | ".join(f"{k} {med[k][0]:.1f}, {med[k][1]:.1f}" for k in KINDS)
+          + f" | reference / mhc {med['reference'][0] / med['mhc'][0]:.2f}x (median)")
+    print(f"# the mHC part of one sub-layer step alone (pre + Sinkhorn + post, forward+backward, "
+          f"identity sub-layer) at [{args.batch},{args.seq},{args.streams},{args.hidden}] fp32: "
+          f"mhc {part['mhc']:.2f} ms, reference {part['reference']:.2f} ms "
+          f"({part['reference'] / part['mhc']:.1f}x)", flush=True)
     if args.plot:
-        plot(args, {"mhc (mhc.nn.MhcPre)": ours, "reference (torch ops)": ref}, worst,
-             f"ms/step median: mhc {med_a:.1f}, reference {med_b:.1f} ({med_b / med_a:.2f}x)")
+        plot(args, runs, worst,
+             "ms/step median: " + ", ".join(f"{k} {med[k][0]:.1f}" for k in KINDS)
+             + "; held-out loss: " + ", ".join(f"{k} {mean_held[k]:.4f}" for k in KINDS))
     ok = worst <= args.tolerance
-    print(f"# {'PASS' if ok else 'FAIL'}: max relative loss difference {worst:.3e} "
+    print(f"# {'PASS' if ok else 'FAIL'}: max relative mhc/reference loss difference {worst:.3e} "
           f"{'<=' if ok else '>'} tolerance {args.tolerance:g}", flush=True)
     return 0 if ok else 1
 
 
+def moving_average(values, window):
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v - (values[i - window] if i >= window else 0.0)
+        out.append(total / min(i + 1, window))
+    return out
+
+
 def plot(args, runs, worst, subtitle):
+    """Loss curves and ms/step; with mhc and reference, their relative loss difference; with
+    mhc and residual, the moving average of their loss difference."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    two = len(runs) == 2
-    fig, axes = plt.subplots(1, 3 if two else 2, figsize=(15 if two else 10, 4.2))
-    styles = [dict(color="tab:blue", lw=1.6), dict(color="tab:orange", lw=1.0, ls="--")]
-    for (label, tr), st in zip(runs.items(), styles):
-        axes[0].plot(tr.losses, label=label, **st)
-        axes[-1].plot(tr.ms, label=label, **st)
-    axes[0].set(xlabel="step", ylabel="training loss (nats/char)", title="loss")
-    axes[0].legend()
-    axes[-1].set(xlabel="step", ylabel="ms/step",
+    pair = "mhc" in runs and "reference" in runs
+    versus = "mhc" in runs and "residual" in runs
+    panels = ["loss"] + (["versus"] if versus else []) + (["pair"] if pair else []) + ["ms"]
+    cols = 2 if len(panels) == 4 else len(panels)
+    rows = (len(panels) + cols - 1) // cols
+    fig, grid = plt.subplots(rows, cols, figsize=(6.5 * cols, 3.9 * rows), squeeze=False)
+    ax = dict(zip(panels, grid.flat))
+    styles = {"mhc": dict(color="tab:blue", lw=1.6), "reference": dict(color="tab:orange", lw=1.0, ls="--"),
+              "residual": dict(color="tab:gray", lw=1.0)}
+    for kind, tr in runs.items():
+        style = styles.get(kind, styles["mhc"])
+        label = LABELS.get(kind, kind)
+        ax["loss"].plot(tr.losses, label=label, **style)
+        ax["ms"].plot(tr.ms, label=label, **style)
+    ax["loss"].set(xlabel="step", ylabel="training loss (nats/char)", title="training loss")
+    ax["loss"].legend()
+    ax["ms"].set(xlabel="step", ylabel="ms/step",
                  title=f"time per step (forward, backward, {'AdamW' if args.optim == 'adamw' else 'SGD'})")
-    axes[-1].set_ylim(0, 2.0 * max(statistics.median(tr.ms) for tr in runs.values()))
-    axes[-1].legend()
-    if two:
-        a, b = runs.values()
+    ax["ms"].set_ylim(0, 2.0 * max(statistics.median(tr.ms) for tr in runs.values()))
+    ax["ms"].legend()
+    if versus:
+        window = max(1, args.steps // 15)
+        d = [a - b for a, b in zip(runs["mhc"].losses, runs["residual"].losses)]
+        ax["versus"].plot(moving_average(d, window), color="tab:purple", lw=1.2)
+        ax["versus"].axhline(0.0, color="black", lw=0.6)
+        ax["versus"].set(xlabel="step", ylabel="loss_mhc - loss_residual (nats/char)",
+                         title=f"mHC against the plain residual model ({window}-step moving average)")
+    if pair:
+        a, b = runs["mhc"], runs["reference"]
         rel = [abs(x - y) / abs(y) for x, y in zip(a.losses, b.losses)]
-        axes[1].semilogy([max(r, 1e-9) for r in rel], color="tab:green", lw=1.0)
-        axes[1].set(xlabel="step", ylabel="|loss_mhc - loss_ref| / loss_ref",
-                    title=f"relative loss difference (max {worst:.2e}; equal drawn at 1e-9)")
-    fig.suptitle("\n".join(textwrap.wrap(f"train_tiny: {describe(args)}", 120) + [subtitle]), fontsize=9)
+        ax["pair"].semilogy([max(r, 1e-9) for r in rel], color="tab:green", lw=1.0)
+        ax["pair"].set(xlabel="step", ylabel="|loss_mhc - loss_ref| / loss_ref",
+                       title=f"mhc vs reference (max {worst:.2e}; 0 drawn at 1e-9)")
+    fig.suptitle("\n".join(textwrap.wrap(f"train_tiny: {describe(args)}", 140) + [subtitle]), fontsize=9)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
     fig.savefig(args.plot, dpi=100)
@@ -418,9 +503,10 @@ def ddp_worker(rank, world, port, args, out_dir):
     try:
         set_threads(args.threads)
         data = make_corpus(seed=args.seed)
-        model = build_model(args, reference=args.reference)
+        kind = kind_of(args)
+        model = build_model(args, kind)
         ddp = DDP(model)  # broadcasts rank 0's parameters; all-reduces (averages) every grad
-        tr = Trainer(args, args.reference, model=ddp, rank=rank, world=world)
+        tr = Trainer(args, kind, model=ddp, rank=rank, world=world)
         global_losses = []
         for step in range(args.steps):
             loss, ms = tr.step(data, step)
@@ -445,8 +531,9 @@ def run_ddp(args):
         raise SystemExit(f"--batch {args.batch} must be a multiple of --ddp {world}")
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # keep gloo on the loopback interface
     port = free_port()
+    kind = kind_of(args)
     print(f"# ddp: {world} processes, gloo on 127.0.0.1:{port}, global batch {args.batch} "
-          f"({args.batch // world} per rank); {describe(args)}", flush=True)
+          f"({args.batch // world} per rank); {kind}: {describe(args)}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         out_dir = args.dump_dir or tmp
         os.makedirs(out_dir, exist_ok=True)
@@ -459,15 +546,15 @@ def run_ddp(args):
     print(f"# every rank holds bitwise identical parameters: {same}", flush=True)
     status = 0 if same else 1
     if args.verify:
-        single = run_single(args, args.reference, log=False).model.state_dict()
+        single = run_single(args, kind, log=False).model.state_dict()
         diff = max_param_diff(single, sd0)
-        moved = max(max_param_diff(single, build_model(args, args.reference).state_dict()).values())
+        moved = max(max_param_diff(single, build_model(args, kind).state_dict()).values())
         worst = max(diff.values())
         mhc_keys = [k for k in diff if k.split(".")[-1] in ("phi", "alpha", "bias", "gamma")]
+        mhc_part = f"mHC params {max(diff[k] for k in mhc_keys):.3e}; " if mhc_keys else ""
         print(f"# ddp x{world} vs single process on the same global batches, {args.steps} steps: "
-              f"max |param diff| {worst:.3e} (mHC params {max(diff[k] for k in mhc_keys):.3e}; "
-              f"largest at {max(diff, key=diff.get)}); the steps moved parameters by up to "
-              f"{moved:.3e}", flush=True)
+              f"max |param diff| {worst:.3e} ({mhc_part}largest at {max(diff, key=diff.get)}); "
+              f"the steps moved parameters by up to {moved:.3e}", flush=True)
     if args.plot:
         tr = Trainer.__new__(Trainer)
         tr.losses, tr.ms = ranks[0]["global_losses"], ranks[0]["ms"]
@@ -486,11 +573,15 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--reference", action="store_true", help="pre block in torch ops")
-    mode.add_argument("--compare", action="store_true", help="run mhc and reference side by side")
+    mode.add_argument("--reference", action="store_true", help="the mHC layer in torch ops")
+    mode.add_argument("--residual", action="store_true", help="a plain residual model, no mHC")
+    mode.add_argument("--compare", action="store_true",
+                      help="train mhc, reference and residual side by side")
     p.add_argument("--ddp", type=int, default=0, metavar="P", help="DDP over P gloo processes")
     p.add_argument("--verify", action="store_true", help="with --ddp: compare with a single process")
     p.add_argument("--dump-dir", default=None, help="with --ddp: keep each rank's final state here")
+    p.add_argument("--recompute", action="store_true",
+                   help="MhcBlock(recompute=True): recompute the mHC forward in the backward")
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--batch", type=int, default=8, help="global batch (sequences per step)")
     p.add_argument("--seq", type=int, default=64)
@@ -505,7 +596,7 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1, help="torch and mhc threads (per process)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tolerance", type=float, default=1e-3,
-                   help="--compare fails above this max relative loss difference")
+                   help="--compare fails above this max relative mhc/reference loss difference")
     p.add_argument("--plot", default=DEFAULT_PLOT, help='PNG path, or "none"')
     args = p.parse_args(argv)
     if args.lr is None:
@@ -525,13 +616,13 @@ def main(argv=None):
         return run_ddp(args)
     if args.compare:
         return run_compare(args)
-    print(f"# {'reference' if args.reference else 'mhc'}: {describe(args)}", flush=True)
-    tr = run_single(args, args.reference)
+    kind = kind_of(args)
+    print(f"# {kind}: {describe(args)}", flush=True)
+    tr = run_single(args, kind)
     med, mean = summary_ms(tr.ms, min(10, args.steps // 10))
     print(f"# final loss {tr.losses[-1]:.4f}; ms/step median {med:.1f}, mean {mean:.1f}", flush=True)
     if args.plot:
-        plot(args, {"reference (torch ops)" if args.reference else "mhc (mhc.nn.MhcPre)": tr}, 0.0,
-             f"ms/step median {med:.1f}")
+        plot(args, {kind: tr}, 0.0, f"ms/step median {med:.1f}")
     return 0
 
 

@@ -16,26 +16,48 @@ PACKAGE = os.path.join(REPO, "python", "mhc")
 HEADER = os.path.join(REPO, "include", "mhc", "mhc.h")
 
 
+def package_files():
+    """{module key: path} of every .py file of the package, subpackages included: "_core",
+    "nn.block"; a package's __init__.py is the package's key ("nn"), the top one's
+    "__init__"."""
+    files = {}
+    for path in glob.glob(os.path.join(PACKAGE, "**", "*.py"), recursive=True):
+        parts = os.path.relpath(path, PACKAGE)[:-3].split(os.sep)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        files[".".join(parts) or "__init__"] = path
+    return files
+
+
 def package_imports(path):
-    """[(node, module of the package it imports, at module level?)] of one .py file."""
+    """[(node, module of the package it imports, at module level?)] of one .py file, the
+    modules named by package_files' keys."""
     tree = ast.parse(open(path).read(), path)
-    modules = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(PACKAGE, "*.py"))}
+    modules = set(package_files())
+    relative = os.path.relpath(path, PACKAGE)
+    parts = relative[:-3].split(os.sep) if not relative.startswith("..") else ["outside"]
+    package = parts[:-1]  # the package a relative import starts from (a file outside: the top)
     found = []
+
+    def key(names):
+        return ".".join(names) or "__init__"
 
     def visit(node, top):
         for child in ast.iter_child_nodes(node):
             targets = []
             if isinstance(child, ast.Import):
-                targets = [a.name[4:] or "__init__" for a in child.names
+                targets = [key(a.name.split(".")[1:]) for a in child.names
                            if a.name == "mhc" or a.name.startswith("mhc.")]
             elif isinstance(child, ast.ImportFrom) and (child.level or child.module == "mhc"
                                                         or (child.module or "").startswith("mhc.")):
-                module = child.module or ""
-                base = module if child.level else module[4:]
-                if base:
-                    targets = [base.split(".")[0]]
-                else:  # from . import a, b: submodules, or names of __init__
-                    targets = [a.name if a.name in modules else "__init__" for a in child.names]
+                if child.level:
+                    base = package[:len(package) - (child.level - 1)] + (child.module.split(".")
+                                                                         if child.module else [])
+                else:
+                    base = child.module.split(".")[1:]
+                # from X import a: the submodule X.a, or a name of X
+                targets = [key(base + [a.name]) if key(base + [a.name]) in modules else key(base)
+                           for a in child.names]
             found.extend((child, t, top) for t in targets)
             # Module level: the module body and the if/try/with blocks in it, not a def or class.
             nested = isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef))
@@ -47,18 +69,19 @@ def package_imports(path):
 
 def test_no_deferred_imports_within_the_package():
     deferred = []
-    for path in sorted(glob.glob(os.path.join(PACKAGE, "*.py"))):
+    for name, path in sorted(package_files().items()):
         for node, target, top in package_imports(path):
             if not top:
-                deferred.append(f"{os.path.basename(path)}:{node.lineno} imports {target} inside a def/class")
+                deferred.append(f"{name}:{node.lineno} imports {target} inside a def/class")
     assert not deferred, "\n".join(deferred)
 
 
 def test_imports_within_the_package_go_one_way():
     graph = {}
-    for path in glob.glob(os.path.join(PACKAGE, "*.py")):
-        name = os.path.basename(path)[:-3]
+    for name, path in package_files().items():
         graph[name] = {t for _, t, _ in package_imports(path) if t != name}
+    assert {"nn", "nn.block", "nn.pre", "_core"} <= set(graph)
+    assert {"_core", "ops", "nn.pre"} <= graph["nn.block"], graph["nn.block"]
     assert "__init__" not in set().union(*graph.values()), "a submodule imports the package itself"
     done, path = set(), []
 
@@ -82,6 +105,12 @@ def test_the_detector_sees_a_deferred_import(tmp_path):
     assert [(t, top) for _, t, top in package_imports(str(bad))] == [("_lib", True), ("autograd", False)]
 
 
+def test_the_detector_resolves_imports_in_a_subpackage():
+    path = package_files()["nn.block"]
+    found = {t for _, t, _ in package_imports(path)}
+    assert {"_core", "ops", "nn.pre"} <= found and "__init__" not in found and "pre" not in found
+
+
 def test_import_in_a_fresh_process():
     code = ("import mhc, mhc.nn\n"
             "names = ['npu_mhc_pre', 'npu_mhc_pre_backward', 'mhc_pre', 'mhc_head', 'MhcPreFunction', 'nn',\n"
@@ -90,9 +119,12 @@ def test_import_in_a_fresh_process():
             "missing = [n for n in names if not hasattr(mhc, n)]\n"
             "assert not missing, missing\n"
             "assert mhc.nn.MhcPre and mhc.ops.npu_mhc_pre is mhc.npu_mhc_pre\n"
+            "assert mhc.nn.MhcBlock and mhc.nn.MhcHead and mhc.nn.expand_streams and mhc.nn.MhcParameters\n"
+            "assert mhc.nn.reference.ReferenceMhcBlock.__mro__[1] is mhc.nn.MhcBlock\n"
             "print('ok', mhc.isa())\n")
     environ = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
-    for first in ("mhc", "mhc.autograd", "mhc.ops", "mhc.nn"):  # any module imported first
+    for first in ("mhc", "mhc.autograd", "mhc.ops", "mhc.nn", "mhc.nn.block", "mhc.nn.reference"):
+        # any module imported first
         proc = subprocess.run([sys.executable, "-c", f"import {first}\n" + code],
                               capture_output=True, text=True, env=environ, timeout=120)
         assert proc.returncode == 0 and proc.stdout.startswith("ok"), proc.stderr

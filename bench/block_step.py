@@ -1,0 +1,156 @@
+#!/usr/bin/python3
+"""The mHC part of one sub-layer step, ours against the plain-torch twin.
+
+mhc.nn.MhcBlock (MhcPre + MhcSinkhorn + MhcPost on the library's operators, the backward
+through their backwards; also with recompute=True) against mhc.nn.reference.ReferenceMhcBlock (the same layer in
+torch ops, autograd), with the same parameters and a sub-layer that costs nothing (the
+identity, or "neg": -h), so only the mHC part is timed: forward and backward of
+x [T, N, D] -> x_next, through autograd, from fresh leaves each run. Side by side in one
+process, alternating ours, ours with recompute and the twin, one warm-up each, the median of --runs;
+torch.set_num_threads and mhc.set_num_threads both --threads.
+
+Then the example's training step (examples/train_tiny.py at its default sizes, fp32):
+ms/step of the mHC model on our operators against the same model on the twin,
+alternating, median over --example-steps steps after 3 warm-up steps.
+
+    /usr/bin/python3 bench/block_step.py [--tokens 4096 --streams 4 --hidden 4096
+        --dtype bf16 --runs 5 --threads 2] [--skip-example] [--json out.json]
+"""
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+from torch import nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "python"))
+import mhc  # noqa: E402  (the package of this repository)
+from mhc.nn.reference import ReferenceMhcBlock  # noqa: E402
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+class Identity(nn.Module):
+    def forward(self, h):
+        return h
+
+
+class Neg(nn.Module):
+    def forward(self, h):
+        return -h
+
+
+def block_rows(args):
+    dtype = DTYPES[args.dtype]
+    t, n, d = args.tokens, args.streams, args.hidden
+    sub = Identity if args.sublayer == "identity" else Neg
+    torch.manual_seed(0)
+    ours = mhc.nn.MhcBlock(n, d, sub())
+    recompute = mhc.nn.MhcBlock(n, d, sub(), recompute=True)
+    twin = ReferenceMhcBlock(n, d, sub())
+    with torch.no_grad():  # away from the near-static start, as after some training
+        ours.alpha.fill_(0.5)
+        ours.bias.add_(0.3 * torch.randn_like(ours.bias))
+    recompute.load_state_dict(ours.state_dict())
+    twin.load_state_dict(ours.state_dict())
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(t, n, d, generator=gen).to(dtype)
+    g = torch.randn(t, n, d, generator=gen).to(dtype)
+
+    # Agreement first, on a small slice: the two are the same layer.
+    xs = x[:64].clone()
+    ya, yb = ours(xs), twin(xs)
+    agree = float((ya.float() - yb.float()).abs().max() / yb.float().abs().max())
+
+    blocks = {"mhc": ours, "mhc-recompute": recompute, "twin": twin}
+    times = {name: {"fwd": [], "total": []} for name in blocks}
+    for i in range(args.runs + 1):
+        for name, block in blocks.items():
+            leaf = x.detach().requires_grad_()
+            block.zero_grad(set_to_none=True)
+            t0 = time.perf_counter()
+            out = block(leaf)
+            t1 = time.perf_counter()
+            out.backward(g)
+            t2 = time.perf_counter()
+            del out, leaf
+            if i:  # the first round is the warm-up
+                times[name]["fwd"].append(1e3 * (t1 - t0))
+                times[name]["total"].append(1e3 * (t2 - t0))
+    med = {name: {k: statistics.median(v) for k, v in ts.items()} for name, ts in times.items()}
+    return {"agreement": agree, "median_ms": med, "runs_ms": times}
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("train_tiny", os.path.join(REPO, "examples", "train_tiny.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def example_rows(args):
+    tt = load_example()
+    targs = tt.parse_args(["--threads", str(args.threads), "--plot", "none"])
+    data = tt.make_corpus(seed=targs.seed)
+    trainers = {kind: tt.Trainer(targs, kind) for kind in ("mhc", "reference")}
+    warm = 3
+    for step in range(warm + args.example_steps):
+        for tr in (trainers.values() if step % 2 == 0 else reversed(list(trainers.values()))):
+            tr.step(data, step)
+    return {"describe": tt.describe(targs),
+            "median_ms": {kind: statistics.median(tr.ms[warm:]) for kind, tr in trainers.items()},
+            "losses_last": {kind: tr.losses[-1] for kind, tr in trainers.items()}}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tokens", type=int, default=4096)
+    p.add_argument("--streams", type=int, default=4)
+    p.add_argument("--hidden", type=int, default=4096)
+    p.add_argument("--dtype", choices=DTYPES, default="bf16")
+    p.add_argument("--sublayer", choices=("identity", "neg"), default="identity")
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--example-steps", type=int, default=20)
+    p.add_argument("--skip-example", action="store_true")
+    p.add_argument("--json", default=None)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    mhc.set_num_threads(args.threads)
+
+    result = {"args": vars(args), "isa": mhc.isa(), "torch": torch.__version__}
+    print(f"# the mHC part of a sub-layer step, x [T={args.tokens}, N={args.streams}, D={args.hidden}] "
+          f"{args.dtype}, sub-layer {args.sublayer}, {args.threads} threads (torch and mhc), mhc isa "
+          f"{mhc.isa()}, torch {torch.__version__}; median of {args.runs} runs, alternating", flush=True)
+    rows = block_rows(args)
+    result["block"] = rows
+    m = rows["median_ms"]
+    print(f"# agreement on 64 tokens: max |ours - twin| / max |twin| = {rows['agreement']:.2e}")
+    print(f"{'':<22} {'forward ms':>11} {'fwd+bwd ms':>11}")
+    for name, label in (("mhc", "ours (MhcBlock)"), ("mhc-recompute", "ours, recompute=True"),
+                        ("twin", "twin (torch ops)")):
+        print(f"{label:<22} {m[name]['fwd']:11.1f} {m[name]['total']:11.1f}")
+    print(f"{'twin / ours':<22} {m['twin']['fwd'] / m['mhc']['fwd']:10.1f}x "
+          f"{m['twin']['total'] / m['mhc']['total']:10.1f}x", flush=True)
+
+    if not args.skip_example:
+        ex = example_rows(args)
+        result["example"] = ex
+        e = ex["median_ms"]
+        print(f"# examples/train_tiny.py step ({ex['describe']}), median of {args.example_steps} steps: "
+              f"mhc {e['mhc']:.1f} ms, reference (twin) {e['reference']:.1f} ms "
+              f"({e['reference'] / e['mhc']:.2f}x)", flush=True)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(result, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
