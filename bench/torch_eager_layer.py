@@ -23,18 +23,14 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import mhc  # noqa: E402  (the package of this repository)
+from mhc.nn.reference import sinkhorn_torch  # noqa: E402
 
 EPS = 1e-6
 
 
 def eager_sinkhorn(z, num_iters):
-    """SPEC section 10 in plain torch."""
-    p = torch.softmax(z, dim=-1) + EPS
-    p = p / (p.sum(dim=-2, keepdim=True) + EPS)
-    for _ in range(num_iters - 1):
-        p = p / (p.sum(dim=-1, keepdim=True) + EPS)
-        p = p / (p.sum(dim=-2, keepdim=True) + EPS)
-    return p
+    """SPEC section 10 in plain torch (the twin mhc.nn.reference holds)."""
+    return sinkhorn_torch(z, EPS, num_iters)
 
 
 def eager_post(x, h_res, h_out, h_post):
