@@ -14,6 +14,7 @@
 #include "aclnnop/aclnn_mhc_pre_backward.h"
 #include "aclnnop/aclnn_mhc_pre_backward_v2.h"
 #include "aclnnop/aclnn_mhc_pre_v2.h"
+#include "fuzz_aclnn_layer.hpp"
 #include "fuzz_common.hpp"
 
 #ifndef MHC_FUZZ_ACLNN_OP
@@ -23,38 +24,14 @@
 namespace {
 
 using namespace mhc_fuzz;
+using namespace mhc_fuzz::aclnn_layer;  // the run phase, the aclTensors and the failure check of every aclnn target
 
 constexpr int kOp = MHC_FUZZ_ACLNN_OP;
 constexpr bool kForward = kOp < 2;
 constexpr bool kV2 = kOp == 1 || kOp == 3;
 
-using RunFn = aclnnStatus (*)(void*, uint64_t, aclOpExecutor*, aclrtStream);
-constexpr RunFn kRuns[4] = {aclnnMhcPre, aclnnMhcPreV2, aclnnMhcPreBackward, aclnnMhcPreBackwardV2};
-constexpr const char* kNames[4] = {"aclnnMhcPre", "aclnnMhcPreV2", "aclnnMhcPreBackward", "aclnnMhcPreBackwardV2"};
-
 aclOpExecutor* const kExecutorSentinel = reinterpret_cast<aclOpExecutor*>(uintptr_t(0x5E5E5E40));
 constexpr uint64_t kWorkspaceSentinel = 0xDEADBEEFull;
-
-int64_t acl_esize(int32_t acl_dtype) { return acl_dtype == 0 ? 4 : 2; }  // the valid ones only matter
-
-void check_failed(aclnnStatus status, const Arena& arena, const char* what) {
-  if (status != ACLNN_ERR_PARAM_NULLPTR && status != ACLNN_ERR_PARAM_INVALID)
-    fail(std::string(what) + ": unexpected code " + std::to_string(status) + ": " + aclGetRecentErrMsg());
-  MHC_FUZZ_CHECK(aclGetRecentErrMsg()[0] != '\0', std::string(what) + ": an error without a message");
-  MHC_FUZZ_CHECK(arena.unchanged(), std::string(what) + ": a failed call wrote to the arena");
-}
-
-struct Handles {
-  std::vector<aclTensor*> tensors;
-  bool destroyed = false;
-  void destroy() {
-    if (destroyed) return;
-    for (aclTensor* t : tensors)
-      if (t != nullptr) MHC_FUZZ_CHECK(aclDestroyTensor(t) == ACLNN_SUCCESS, "aclDestroyTensor of a live tensor");
-    destroyed = true;
-  }
-  ~Handles() { destroy(); }
-};
 
 aclnnStatus phase1(Case& c, const std::vector<aclTensor*>& h, int64_t mode, uint64_t* ws, aclOpExecutor** ex) {
   const Problem& p = c.problem;
@@ -94,43 +71,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // aclTensors. A view may leave the arena only when the tensor declares no
   // storage (the library cannot know); then the call is only sized (phase 1).
-  Handles handles;
-  handles.tensors.assign(c.tensors.size(), nullptr);
+  AclTensors tensors;
+  tensors.create(in, c, arena);
   bool unguarded = false;
-  for (size_t i = 0; i < c.tensors.size(); ++i) {
-    Tensor& t = c.tensors[i];
-    if (!t.present) continue;
-    const int64_t esize = acl_esize(t.acl_dtype);
-    const bool plain_offset = t.acl_offset >= 0 && t.acl_offset <= 3;
-    const int64_t base = plain_offset ? t.byte_offset - t.acl_offset * esize : t.byte_offset;
-    const bool fits = plain_offset && element_size_of(t.dtype) != 0 &&
-                      view_inside(arena.base, arena.bytes, arena.base + t.byte_offset, t.dtype, t.rank, t.shape,
-                                  t.strides);
-    if (!t.storage_given && !fits) {
-      if (in.flag()) t.storage_given = true;
-      else unguarded = true;
-    }
-    handles.tensors[i] = aclCreateTensor(
-        t.shape, uint64_t(t.rank), aclDataType(t.acl_dtype), t.strides_given ? t.strides : nullptr, t.acl_offset,
-        aclFormat(t.format), t.storage_given ? t.storage.data() : nullptr, t.storage_given ? t.storage.size() : 0,
-        t.null_data ? nullptr : arena.base + base);
-    if (handles.tensors[i] == nullptr) {
-      MHC_FUZZ_CHECK(aclGetRecentErrMsg()[0] != '\0', "aclCreateTensor failed without a message");
-      t.present = false;
-    }
-  }
+  for (bool u : tensors.unguarded) unguarded = unguarded || u;
   // A destroyed handle passed to phase 1 is an error, not a use after free.
   if (in.chance(8)) {
     const size_t i = in.pick(c.tensors.size());
-    if (handles.tensors[i] != nullptr) {
-      MHC_FUZZ_CHECK(aclDestroyTensor(handles.tensors[i]) == ACLNN_SUCCESS, "aclDestroyTensor");
-      MHC_FUZZ_CHECK(aclDestroyTensor(handles.tensors[i]) == ACLNN_ERR_PARAM_INVALID, "aclDestroyTensor twice");
+    if (tensors.handles[i] != nullptr) {
+      MHC_FUZZ_CHECK(aclDestroyTensor(tensors.handles[i]) == ACLNN_SUCCESS, "aclDestroyTensor");
+      MHC_FUZZ_CHECK(aclDestroyTensor(tensors.handles[i]) == ACLNN_ERR_PARAM_INVALID, "aclDestroyTensor twice");
       uint64_t ws = kWorkspaceSentinel;
       aclOpExecutor* ex = kExecutorSentinel;
-      const aclnnStatus s = phase1(c, handles.tensors, 0, &ws, &ex);
+      const aclnnStatus s = phase1(c, tensors.handles, 0, &ws, &ex);
       check_failed(s, arena, "GetWorkspaceSize with a destroyed tensor");
       MHC_FUZZ_CHECK(ws == kWorkspaceSentinel && ex == kExecutorSentinel, "a failed GetWorkspaceSize wrote its results");
-      handles.tensors[i] = nullptr;
+      tensors.handles[i] = nullptr;
       return 0;
     }
   }
@@ -141,7 +97,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool null_ws = in.chance(6), null_ex = in.chance(6);
   uint64_t ws = kWorkspaceSentinel;
   aclOpExecutor* ex = kExecutorSentinel;
-  const aclnnStatus s1 = phase1(c, handles.tensors, mode, null_ws ? nullptr : &ws, null_ex ? nullptr : &ex);
+  const aclnnStatus s1 = phase1(c, tensors.handles, mode, null_ws ? nullptr : &ws, null_ex ? nullptr : &ex);
   if (s1 != ACLNN_SUCCESS) {
     check_failed(s1, arena, "GetWorkspaceSize");
     MHC_FUZZ_CHECK(ws == kWorkspaceSentinel && ex == kExecutorSentinel, "a failed GetWorkspaceSize wrote its results");
@@ -161,51 +117,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
 
-  // Phase 2, with misuse first. None of it may write or consume the executor.
-  const RunFn run = kRuns[kOp];
-  if (in.chance(24)) {
-    const int other = (kOp + 1 + int(in.pick(3))) % 4;
-    std::vector<uint8_t> w(ws + 64);
-    check_failed(kRuns[other](w.data(), ws, ex, nullptr), arena, "run through another operator");
-    MHC_FUZZ_CHECK(std::string(aclGetRecentErrMsg()).find("belongs to") != std::string::npos, aclGetRecentErrMsg());
-  }
-  if (ws > 0 && in.chance(24)) check_failed(run(nullptr, ws, ex, nullptr), arena, "NULL workspace");
-  if (ws > 0 && in.chance(24)) {
-    std::vector<uint8_t> w(ws - 1);
-    check_failed(run(w.data(), ws - 1, ex, nullptr), arena, "short workspace");
-  }
-  if (in.chance(16)) {
-    aclrtStream dead = nullptr;
-    MHC_FUZZ_CHECK(aclrtCreateStream(&dead) == ACL_SUCCESS && aclrtDestroyStream(dead) == ACL_SUCCESS, "streams");
-    std::vector<uint8_t> w(ws + 64);
-    check_failed(run(w.data(), ws, ex, dead), arena, "dead stream");
-  }
-  if (in.chance(16)) {  // destroyed instead of run: the run then finds no executor
-    MHC_FUZZ_CHECK(aclDestroyAclOpExecutor(ex) == ACLNN_SUCCESS, "destroying an executor that did not run");
-    std::vector<uint8_t> w(ws + 64);
-    check_failed(run(w.data(), ws, ex, nullptr), arena, "run after destroy");
-    return 0;
-  }
-  if (in.chance(64)) handles.destroy();  // allowed: the executor holds no tensor
-
-  // The run: a heap block of exactly what was asked (plus the shift), at any alignment.
-  const size_t shift = in.pick(64);
-  const uint64_t extra = in.chance(32) ? in.u8() : 0;
-  uint8_t* block = static_cast<uint8_t*>(std::malloc(size_t(ws + extra + shift) + 1));
-  MHC_FUZZ_CHECK(block != nullptr, "workspace allocation");
-  void* workspace = ws + extra == 0 && in.flag() ? nullptr : block + shift;
-  const aclnnStatus s2 = run(workspace, ws + extra, ex, nullptr);
-  std::free(block);
-  if (s2 != ACLNN_SUCCESS) fail(std::string(kNames[kOp]) + " failed after GetWorkspaceSize: " + aclGetRecentErrMsg());
+  // Phase 2, with misuse first: none of it may write or consume the executor.
+  if (!run_phase(in, arena, kOp, 4, ws, ex, tensors)) return 0;
   const Acceptance how{false, mode == 1 ? mhc::MatmulPrecision::hf32 : mhc::MatmulPrecision::fp32};
   if (kForward) check_accepted_forward(c, arena, !in.chance(128), how);
   else check_accepted_backward(c, arena, !in.chance(128), how);
 
-  // The executor ran once: running or destroying it again is an error.
-  const std::vector<uint8_t> after(arena.base, arena.base + arena.bytes);
-  std::vector<uint8_t> w(ws + 64);
-  const aclnnStatus again = in.flag() ? run(w.data(), ws, ex, nullptr) : aclDestroyAclOpExecutor(ex);
-  MHC_FUZZ_CHECK(again == ACLNN_ERR_PARAM_INVALID, "second use of an executor");
-  MHC_FUZZ_CHECK(std::memcmp(after.data(), arena.base, arena.bytes) == 0, "a second run wrote to the arena");
+  check_second_use(in, arena, kOp, ws, ex);
   return 0;
 }

@@ -77,8 +77,10 @@ bool inside_arena(const Tensor& t, const Arena& arena);
 // The run phase after a successful GetWorkspaceSize: misuse first (none of it
 // may write or consume the executor), then the run with a heap workspace of
 // exactly the size asked at any alignment. False: the executor was destroyed
-// instead of run (nothing more to check).
-bool run_phase(Bytes& in, const Arena& arena, int self, uint64_t ws, aclOpExecutor* ex, AclTensors& tensors);
+// instead of run (nothing more to check). The other operator run through the
+// executor is one of kRuns[0, among) (self among them).
+bool run_phase(Bytes& in, const Arena& arena, int self, int among, uint64_t ws, aclOpExecutor* ex,
+               AclTensors& tensors);
 // After the run: a second run or destroy is 161002 and writes nothing.
 void check_second_use(Bytes& in, const Arena& arena, int self, uint64_t ws, aclOpExecutor* ex);
 

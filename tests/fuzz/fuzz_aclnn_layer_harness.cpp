@@ -91,10 +91,11 @@ void AclTensors::destroy() {
   destroyed = true;
 }
 
-bool run_phase(Bytes& in, const Arena& arena, int self, uint64_t ws, aclOpExecutor* ex, AclTensors& tensors) {
+bool run_phase(Bytes& in, const Arena& arena, int self, int among, uint64_t ws, aclOpExecutor* ex,
+               AclTensors& tensors) {
   const RunFn run = kRuns[self];
   if (in.chance(24)) {
-    const int other = (self + 1 + int(in.pick(kRunCount - 1))) % kRunCount;
+    const int other = (self + 1 + int(in.pick(among - 1))) % among;
     std::vector<uint8_t> w(ws + 64);
     check_failed(kRuns[other](w.data(), ws, ex, nullptr), arena, std::string("run through ") + kRunNames[other]);
     MHC_FUZZ_CHECK(std::string(aclGetRecentErrMsg()).find("belongs to") != std::string::npos, aclGetRecentErrMsg());
@@ -222,7 +223,7 @@ void run_aclnn_layer_target(const uint8_t* data, size_t size, AclLayerOp op) {
   }
 
   // Phase 2, then the checks of what it wrote.
-  if (!run_phase(ctl, arena, self, ws, ex, tensors)) return;
+  if (!run_phase(ctl, arena, self, kRunCount, ws, ex, tensors)) return;
   for (size_t i = 0; i < call.c.tensors.size(); ++i) call.c.tensors[i].output = e.written[i];
   check_only_outputs_written(call.c, arena, arena.base, name.c_str());
   if (!e.nothing_run) {
