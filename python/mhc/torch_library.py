@@ -81,19 +81,10 @@ FUNCTIONS = {
 def _without_graph(function):
     """The CPU and Meta kernel: the function with grad mode off, so it calls the library
     (or, on meta tensors, only sizes the outputs) and records nothing; the Autograd kernel
-    above it records the graph."""
+    above it (the function itself) records the graph."""
     def kernel(*args, **kwargs):
         with torch.no_grad():
-            result = function(*args, **kwargs)
-        return tuple(result) if isinstance(result, (tuple, list)) else result
-    kernel.__name__ = function.__name__
-    return kernel
-
-
-def _with_graph(function):
-    def kernel(*args, **kwargs):
-        result = function(*args, **kwargs)
-        return tuple(result) if isinstance(result, (tuple, list)) else result
+            return function(*args, **kwargs)
     kernel.__name__ = function.__name__
     return kernel
 
@@ -105,7 +96,7 @@ def _register(namespace):
         function = FUNCTIONS[name]
         library.impl(name, _without_graph(function), "CPU")
         library.impl(name, _without_graph(function), "Meta")
-        library.impl(name, _with_graph(function), "Autograd")
+        library.impl(name, function, "Autograd")
     return library
 
 
