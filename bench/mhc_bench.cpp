@@ -6,7 +6,7 @@
 //
 // Then the layer operators (layer_cases.hpp) in a second table.
 //
-//   mhc-bench [--json PATH] [--shapes a,b,c,d,e,post,sinkhorn] [--runs N] [--threads N]
+//   mhc-bench [--json PATH] [--shapes a,b,c,d,e,decode,post,sinkhorn] [--runs N] [--threads N]
 //             [--min-seconds S] [--stream-mib M]
 #include <algorithm>
 #include <chrono>
@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "decode_cases.hpp"
 #include "json_writer.hpp"
 #include "layer_cases.hpp"
 #include "machine_probes.hpp"
@@ -32,7 +33,7 @@ namespace {
 
 struct CommandLine {
   std::string json_path = "bench-results.json";
-  std::vector<std::string> shapes{"a", "b", "c", "d", "e", "post", "sinkhorn"};
+  std::vector<std::string> shapes{"a", "b", "c", "d", "e", "decode", "post", "sinkhorn"};
   int runs = 5;
   int threads = 0;           // 0: hardware threads
   double min_seconds = 0.5;  // keep timing small cases until this much time is spent
@@ -42,11 +43,12 @@ struct CommandLine {
 [[noreturn]] void usage(const char* error) {
   if (error) std::fprintf(stderr, "mhc-bench: %s\n", error);
   std::fprintf(stderr,
-               "usage: mhc-bench [--json PATH] [--shapes a,b,c,d,e,post,sinkhorn] [--runs N] [--threads N]\n"
+               "usage: mhc-bench [--json PATH] [--shapes a,b,c,d,e,decode,post,sinkhorn] [--runs N] [--threads N]\n"
                "                 [--min-seconds S] [--stream-mib M]\n"
                "  shapes: a T=4096 N=4 D=4096 bf16 | b T=16384 N=4 D=7168 bf16 |\n"
                "          c T=2048 N=8 D=2048 fp16 (no gamma) | d T=1024 N=4 D=512 bf16 |\n"
                "          e T=1 N=4 D=7168 bf16 (forward only) |\n"
+               "          decode T=1,4,16,32,64 N=4 D=4096,7168 bf16 forward, C++ and aclnn, with the floor probe |\n"
                "          post MhcPost T=4096 N=4 D=4096 bf16 | sinkhorn MhcSinkhorn T=65536 N=4 20 iterations\n");
   std::exit(error ? 2 : 0);
 }
@@ -203,7 +205,12 @@ int run(int argc, char** argv) {
   const CommandLine cl = parse(argc, argv);
   std::vector<ShapeSpec> shapes;
   std::vector<std::string> layer_names;
+  bool decode = false;
   for (const auto& name : cl.shapes) {
+    if (name == "decode") {
+      decode = true;
+      continue;
+    }
     if (is_layer_case(name)) {
       layer_names.push_back(name);
       continue;
@@ -292,6 +299,44 @@ int run(int argc, char** argv) {
     j.end_object();
   }
   j.end_array();
+  if (decode) {
+    ForeignCpuMeter foreign;
+    foreign.start();
+    const DecodeResults d = run_decode_cases(cl.threads, cl.runs, cl.min_seconds, peak_n.gflops);
+    const double busy = foreign.foreign_cpus();
+    max_foreign = std::max(max_foreign, busy);
+    std::printf("\ndecode: MhcPre forward, N=4 bf16 with gamma; floor: phi streamed once through FMAs on %d "
+                "persistent threads\n", cl.threads);
+    for (const DecodeFloor& f : d.floors) std::printf("floor D=%-5lld %10.4f ms\n", (long long)f.D, f.timing.median());
+    std::printf("%-5s %-5s %10s %10s %10s %8s %11s %8s %5s\n", "D", "T", "ms", "aclnn ms", "floor ms", "/floor",
+                "FMA bnd ms", "of FMA", "busy");
+    j.key("decode_floors").begin_array();
+    for (const DecodeFloor& f : d.floors) {
+      j.begin_object();
+      j.field("D", f.D).field("floor_ms", f.timing.median()).field("runs", int(f.timing.ms.size()));
+      j.end_object();
+    }
+    j.end_array();
+    j.key("decode_cases").begin_array();
+    for (const DecodeRow& r : d.rows) {
+      const double ms = r.cpp.median(), acl = r.aclnn.median();
+      std::printf("%-5lld %-5lld %10.4f %10.4f %10.4f %7.2fx %11.4f %7.1f%% %5.2f\n", (long long)r.shape.D,
+                  (long long)r.shape.T, ms, acl, r.floor_ms, acl / r.floor_ms, r.fma_bound_ms,
+                  100.0 * r.fma_bound_ms / acl, busy);
+      j.begin_object();
+      j.field("T", r.shape.T).field("N", r.shape.N).field("D", r.shape.D).field("dtype", r.shape.dtype_name());
+      j.field("time_ms", ms).field("aclnn_time_ms", acl).field("floor_ms", r.floor_ms);
+      j.field("aclnn_over_floor", acl / r.floor_ms).field("fma_bound_ms", r.fma_bound_ms);
+      j.field("aclnn_fraction_of_fma_bound", r.fma_bound_ms / acl).field("other_processes_cpus", busy);
+      j.key("timing").begin_array();
+      write_timing(j, r.cpp, cl.threads);
+      j.end_array();
+      j.end_object();
+    }
+    j.end_array();
+    std::printf("ms: the C++ API; aclnn ms: GetWorkspaceSize and the call, as an inference step makes them; "
+                "/floor and of FMA (2 T F K at the FMA peak) from the aclnn time.\n");
+  }
   if (!layer_names.empty()) {
     std::printf("\n%-9s %-9s %-28s %10s %6s %8s %10s %7s %5s\n", "operator", "pass", "shape", "ms", "1->n", "GB/s",
                 "triad ms", "triad", "busy");

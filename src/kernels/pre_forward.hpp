@@ -15,6 +15,21 @@ namespace mhc::kernels {
 // still stays in L2 (mhc-kernel-bench: PreForward/avx512/T:256).
 inline constexpr int64_t kTokensPerItem = 64;
 
+// Every fp32 family forms a token's long sums over K (m = phi.u and sum(v^2)) slice
+// by slice: each slice of kSliceColumns columns from zero, the slices' lane sums
+// then added in slice order. So workers may share a token's slices (the decode
+// path: calls of at most kDecodeTokens tokens split K, not tokens) with the bits of
+// one worker running them all, and the rounding error grows with K / kSliceColumns
+// plus a slice's length, not with K (docs/performance.md, Accuracy).
+inline constexpr int64_t kSliceColumns = 2048;
+// Within a slice, the squares are summed in blocks of at most this many columns
+// from zero, each block added to the slice's lanes: bf16 and fp16 squares are exact
+// with few significant bits, so long runs of them round down on average
+// (mhc_accuracy_test, AccuracyAtWidth: the mean signed error of inv_rms).
+inline constexpr int64_t kSquareBlockColumns = 256;
+inline constexpr int64_t kDecodeTokens = 64;
+inline int64_t slice_count(int64_t K) { return (K + kSliceColumns - 1) / kSliceColumns; }
+
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 // Floats rounded up so every buffer starts on a 64-byte boundary.
@@ -75,10 +90,10 @@ struct PreForwardKernels {
   // only, never from T alone (batch invariance). nullptr: kTokensPerItem.
   int64_t (*item_tokens)(const PreShape&) = nullptr;
   // Bytes of operands prepared once per call (0: none), and part `part` of `parts`
-  // of their preparation (the parts run in parallel); returns whether that part's
-  // operands were finite.
+  // of their preparation (the parts run in parallel, each with a worker's scratch
+  // of scratch_floats); returns whether that part's operands were finite.
   int64_t (*prepared_bytes)(const PreShape&) = nullptr;
-  bool (*prepare)(const ForwardOperands&, void* prepared, int64_t part, int64_t parts) = nullptr;
+  bool (*prepare)(const ForwardOperands&, void* prepared, int64_t part, int64_t parts, float* scratch) = nullptr;
   // Whether the table serves this call (nullptr: every call); the calls it does
   // not serve run on its registry entry's base table, which also finishes its items.
   bool (*applies)(const PreShape&) = nullptr;

@@ -28,7 +28,7 @@ bool forward_uses_tiles(const PreShape& d);
 int64_t forward_item_tokens(const PreShape& d);
 int64_t forward_prepared_bytes(const PreShape& d);
 int64_t forward_scratch_floats(const PreShape& d);
-bool forward_prepare(const ForwardOperands& o, void* prepared, int64_t part, int64_t parts);
+bool forward_prepare(const ForwardOperands& o, void* prepared, int64_t part, int64_t parts, float* scratch);
 void forward_tokens(const ForwardItem& item, int64_t t0, int64_t t1);
 
 }  // namespace mhc::kernels::amx

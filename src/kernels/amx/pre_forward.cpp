@@ -10,12 +10,15 @@
 //
 // Per call, forward_prepare packs the parts of phi.gamma in the tiles' pair-
 // interleaved (VNNI) layout. Per item (at most kItemTokens tokens, half that for
-// long tokens: forward_item_tokens), the k steps run in blocks whose packed phi
-// stays in L2, the item's tokens in groups of one or two 16-token tiles. Calls of
-// at most kFewTokens tokens (decode) skip the packing and swap the operands'
-// roles. Each element of m is the same sequence of exact products and fp32
-// additions either way (step by step; parts of phi hi, mid, lo; within each,
-// parts of x hi, lo), and depends on its token's x and phi only: batch invariance.
+// long tokens: forward_item_tokens), the k steps run in slices (pre_forward.hpp:
+// kStepsPerBlock steps) whose packed phi stays in L2, the item's tokens in groups
+// of one or two 16-token tiles. Calls of at most kFewTokens tokens (decode) skip
+// the packing, swap the operands' roles and share the slices among the workers.
+// Each element of m is the same sequence of exact products and fp32 additions
+// either way: per slice from zero, step by step, parts of phi hi, mid, lo, within
+// each the parts of x hi, lo; then the slices added in order. The squares of x
+// go the same way in blocks of kSquareSteps steps. So a token's bits depend on
+// its x and phi only: batch invariance.
 // Then the finish of the family the registry builds this one on (ForwardItem::finish):
 // the per-token outputs and h_in.
 #include <algorithm>
@@ -35,6 +38,22 @@
 namespace mhc::kernels::amx {
 namespace {
 
+static_assert(kStepsPerBlock * kStep == kSliceColumns, "a block of steps is a slice of the sums");
+constexpr int64_t kSquareSteps = kSquareBlockColumns / kStep;
+
+// sum[i] += part[i], i < count.
+void add_into(float* sum, const float* part, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) sum[i] += part[i];
+}
+
+// A slice's sums of one token group: the C tiles as stored, the squares' slice
+// lanes, and their current block's.
+struct SliceSums {
+  float* acc;       // [32][m_stride]
+  float* sq;        // [32][16]
+  float* sq_block;  // [32][16]
+};
+
 // ------------------------------------------------------------------ the tiles
 
 // Tiles: C[tt][ft] = tt * NF + ft, A[tt][q] = TT * NF + XP * tt + q (q: part of x),
@@ -52,19 +71,26 @@ struct Group {
     return c;
   }
 
-  // Tokens [t, t + count) (count <= 16 TT) over steps [s0, s1); acc rows at m_stride
-  // floats, the lanes of sum(v^2) in sq rows of 16. Per element of C: step by
-  // step, parts of phi hi, mid, lo, and within each the parts of x hi, lo.
+  // Tokens [t, t + count) (count <= 16 TT) over the steps [s0, s1) of one slice,
+  // from zero: the C tiles into out.acc (rows of m_stride floats), the lanes of
+  // sum(v^2) added into out.sq (rows of 16), block by block. Per element of C: step
+  // by step, parts of phi hi, mid, lo, and within each the parts of x hi, lo.
   static void run(const Geometry& g, const XSource& x, const uint32_t* packed, int64_t t, int64_t count,
-                  int64_t s0, int64_t s1, bool first, float* acc, float* sq) {
+                  int64_t s0, int64_t s1, const SliceSums& out) {
     const int64_t acc_bytes = g.m_stride() * 4, b_bytes = g.width * 4;
+    float* acc = out.acc;
+    float* sq = out.sq_block;
     unroll(std::make_integer_sequence<int, TT>{}, [&](auto tt) {
-      unroll(std::make_integer_sequence<int, NF>{}, [&](auto ft) {
-        constexpr int c = decltype(tt)::value * NF + decltype(ft)::value;
-        if (first) tile_zero<c>();
-        else tile_load<c>(acc + decltype(tt)::value * 16 * g.m_stride() + decltype(ft)::value * g.width, acc_bytes);
-      });
+      unroll(std::make_integer_sequence<int, NF>{}, [&](auto ft) { tile_zero<decltype(tt)::value * NF + decltype(ft)::value>(); });
     });
+    // The squares of a step go into the block of kSquareSteps steps it starts or
+    // continues; a finished block is added to the slice's lanes.
+    const int64_t square_rows = std::min<int64_t>(count, 16 * TT) * 16;
+    auto begin_squares = [&](int64_t step) {
+      if ((step - s0) % kSquareSteps != 0) return;
+      if (step > s0) add_into(out.sq, sq, square_rows);
+      std::fill_n(sq, square_rows, 0.0f);
+    };
     // fp16: the parts of x are staged a step ahead (two buffers), so the tile
     // loads do not wait for the staging stores to reach L1. Rows that lie at a
     // uniform stride in x are staged a few after each of the step's B tiles: a
@@ -78,15 +104,18 @@ struct Group {
     auto stage = [&](int64_t step) {
       x.stage_fp16(t, rows, step, staging_of(step), staging_of(step) + 16 * kStep, sq);
     };
+    begin_squares(s0);
     if constexpr (XP == 2) stage(s0);
     for (int64_t s = s0; s < s1; ++s) {
       const char* next_rows = nullptr;  // fp16: step s + 1's rows in x, staged between the products
       if constexpr (XP == 2) {
         static_assert(TT == 1, "fp16 takes one token tile a group");
+        if (s + 1 < s1) begin_squares(s + 1);
         if (s + 1 < s1 && !(next_rows = x.direct_row(t, s + 1))) stage(s + 1);
         tile_load<kA>(staging_of(s), 64);
         tile_load<kA + 1>(staging_of(s) + 16 * kStep, 64);
       } else {
+        begin_squares(s);
         unroll(std::make_integer_sequence<int, TT>{}, [&](auto tt) {
           constexpr int i = decltype(tt)::value;
           const int64_t rows = std::clamp<int64_t>(count - 16 * i, 0, 16);
@@ -113,6 +142,7 @@ struct Group {
             }
         });
     }
+    add_into(out.sq, sq, square_rows);
     unroll(std::make_integer_sequence<int, TT>{}, [&](auto tt) {
       unroll(std::make_integer_sequence<int, NF>{}, [&](auto ft) {
         tile_store<decltype(tt)::value * NF + decltype(ft)::value>(
@@ -122,49 +152,54 @@ struct Group {
   }
 };
 
-// m of the item's tokens [t0, t1) into acc, for one shape of tiles.
+// m of the item's tokens [t0, t1) added into acc (rows of m_stride) and the lanes
+// of their sums of squares into sq, slice by slice, for one shape of tiles.
 template <int NF, int TT, int XP>
 void item_gemm(const Geometry& g, const XSource& x, const uint32_t* packed, int64_t t0, int64_t t1, float* acc,
-               float* sq) {
+               float* sq, const SliceSums& slice) {
   const TileConfig config = Group<NF, TT, XP>::config(g.width);
   load_config(config);
   const int64_t group = 16 * TT;
   for (int64_t s0 = 0; s0 < g.steps; s0 += kStepsPerBlock) {
     const int64_t s1 = std::min(g.steps, s0 + kStepsPerBlock);
-    for (int64_t t = t0; t < t1; t += group)
-      Group<NF, TT, XP>::run(g, x, packed, t, std::min(group, t1 - t), s0, s1, s0 == 0, acc + (t - t0) * g.m_stride(),
-                         sq + (t - t0) * 16);
+    for (int64_t t = t0; t < t1; t += group) {
+      const int64_t count = std::min(group, t1 - t);
+      std::fill_n(slice.sq, count * 16, 0.0f);
+      Group<NF, TT, XP>::run(g, x, packed, t, count, s0, s1, slice);
+      add_into(acc + (t - t0) * g.m_stride(), slice.acc, count * g.m_stride());
+      add_into(sq + (t - t0) * 16, slice.sq, count * 16);
+    }
   }
   release_tiles();
 }
 
 template <int XP>
 void gemm_parts(const Geometry& g, const XSource& x, const uint32_t* packed, int64_t t0, int64_t t1, float* acc,
-                float* sq) {
+                float* sq, const SliceSums& slice) {
   if constexpr (XP == 1) {  // tokens in groups of two 16-token tiles when they fit, the item's odd last tile alone
     const int64_t paired = g.token_tiles == 2 ? (t1 - t0) / 32 * 32 : 0;
     if (paired > 0) {
-      if (g.f_tiles == 1) item_gemm<1, 2, 1>(g, x, packed, t0, t0 + paired, acc, sq);
-      else item_gemm<2, 2, 1>(g, x, packed, t0, t0 + paired, acc, sq);
+      if (g.f_tiles == 1) item_gemm<1, 2, 1>(g, x, packed, t0, t0 + paired, acc, sq, slice);
+      else item_gemm<2, 2, 1>(g, x, packed, t0, t0 + paired, acc, sq, slice);
     }
     acc += paired * g.m_stride(), sq += paired * 16, t0 += paired;
     if (t0 == t1) return;
   }
   switch (g.f_tiles) {
-    case 1: return item_gemm<1, 1, XP>(g, x, packed, t0, t1, acc, sq);
-    case 2: return item_gemm<2, 1, XP>(g, x, packed, t0, t1, acc, sq);
-    case 3: return item_gemm<3, 1, XP>(g, x, packed, t0, t1, acc, sq);
-    case 4: return item_gemm<4, 1, XP>(g, x, packed, t0, t1, acc, sq);
-    case 5: return item_gemm<5, 1, XP>(g, x, packed, t0, t1, acc, sq);
+    case 1: return item_gemm<1, 1, XP>(g, x, packed, t0, t1, acc, sq, slice);
+    case 2: return item_gemm<2, 1, XP>(g, x, packed, t0, t1, acc, sq, slice);
+    case 3: return item_gemm<3, 1, XP>(g, x, packed, t0, t1, acc, sq, slice);
+    case 4: return item_gemm<4, 1, XP>(g, x, packed, t0, t1, acc, sq, slice);
+    case 5: return item_gemm<5, 1, XP>(g, x, packed, t0, t1, acc, sq, slice);
     default:
-      if constexpr (XP == 1) return item_gemm<6, 1, 1>(g, x, packed, t0, t1, acc, sq);
+      if constexpr (XP == 1) return item_gemm<6, 1, 1>(g, x, packed, t0, t1, acc, sq, slice);
   }
 }
 
 void gemm(const Geometry& g, const XSource& x, const uint32_t* packed, int64_t t0, int64_t t1, float* acc,
-          float* sq) {
-  if (g.x_parts == 1) gemm_parts<1>(g, x, packed, t0, t1, acc, sq);
-  else gemm_parts<2>(g, x, packed, t0, t1, acc, sq);
+          float* sq, const SliceSums& slice) {
+  if (g.x_parts == 1) gemm_parts<1>(g, x, packed, t0, t1, acc, sq, slice);
+  else gemm_parts<2>(g, x, packed, t0, t1, acc, sq, slice);
 }
 
 // m of token t one product at a time, in SPEC's order (phi times v*gamma), for a
@@ -194,11 +229,12 @@ void token_m_scalar(const ForwardOperands& o, int64_t t, float* m) {
 // step into L1), B = x (pairs of columns, one column per token), C = 16 rows of
 // phi x the tokens. Packing phi for B tiles once per call would cost a decode
 // step several times its arithmetic. Every element of C is the same sequence of
-// exact pair products and fp32 additions as in the packed path (step by step,
-// parts of phi hi, mid, lo, within each the parts of x), so a token's bits do not
-// depend on its batch's size (the batch invariance tests compare the two). The
-// C tiles are independent: forward_prepare's parts take them in shares, so a
-// single token still uses every thread.
+// exact pair products and fp32 additions as in the packed path (per slice from
+// zero, step by step, parts of phi hi, mid, lo, within each the parts of x), so a
+// token's bits do not depend on its batch's size (the batch invariance tests
+// compare the two). The slices are independent: forward_prepare's parts take them
+// in shares (each part's slices then meet phi in its own core's L2, call after
+// call), and forward_tokens adds them in order.
 struct FewStaging {
   static constexpr int64_t kAHalfwords = 2 * kMaxFTiles * kParts * 16 * kStep;
   alignas(64) uint16_t a[kAHalfwords];              // [2][tile][part][16][32]: rows of phi.gamma, two steps
@@ -240,11 +276,12 @@ bool stage_step(const ForwardOperands& o, const Geometry& g, const XSource& x, i
   return finite;
 }
 
-// m of tokens [t0, t0 + n) for C tiles [tile0, tile0 + NC) into m (rows of
-// m_stride). Tiles: C 0..NC-1, A 7 - XP, B (one per part of x) 8 - XP...7.
+// One slice's m (steps [s0, s1), from zero) of tokens [t0, t0 + n) for C tiles
+// [tile0, tile0 + NC) into m (rows of m_stride); st.a's rows past F zero. Tiles:
+// C 0..NC-1, A 7 - XP, B (one per part of x) 8 - XP...7.
 template <int NC, int XP>
 bool few_tokens_gemm(const ForwardOperands& o, const Geometry& g, const XSource& x, int64_t t0, int64_t n,
-                     int tile0, float* m, FewStaging& st) {
+                     int tile0, int64_t s0, int64_t s1, float* m, FewStaging& st) {
   constexpr int kA = 7 - XP, kB = 8 - XP;
   static_assert(NC <= kA, "C tiles below A and B");
   const PreShape& d = o.shape;
@@ -254,10 +291,9 @@ bool few_tokens_gemm(const ForwardOperands& o, const Geometry& g, const XSource&
   for (int q = 0; q < XP; ++q) config.rows[kB + q] = 16, config.bytes_per_row[kB + q] = uint16_t(4 * n);
   load_config(config);
   unroll(std::make_integer_sequence<int, NC>{}, [&](auto i) { tile_zero<decltype(i)::value>(); });
-  std::memset(st.a, 0, sizeof st.a);  // rows past F stay zero
-  bool phi_finite = stage_step(o, g, x, t0, n, tile0, NC, 0, st, 0);
-  for (int64_t s = 0; s < g.steps; ++s) {
-    if (s + 1 < g.steps) phi_finite = stage_step(o, g, x, t0, n, tile0, NC, s + 1, st, int((s + 1) & 1)) && phi_finite;
+  bool phi_finite = stage_step(o, g, x, t0, n, tile0, NC, s0, st, int(s0 & 1));
+  for (int64_t s = s0; s < s1; ++s) {
+    if (s + 1 < s1) phi_finite = stage_step(o, g, x, t0, n, tile0, NC, s + 1, st, int((s + 1) & 1)) && phi_finite;
     const int buf = int(s & 1);
     unroll(std::make_integer_sequence<int, XP>{}, [&](auto q) {
       tile_load<kB + decltype(q)::value>(st.b_tile(buf, decltype(q)::value), 4 * n);
@@ -281,42 +317,53 @@ bool few_tokens_gemm(const ForwardOperands& o, const Geometry& g, const XSource&
   return phi_finite;
 }
 
-// Returns whether phi.gamma was finite in those tiles.
+// Returns whether phi.gamma was finite in those tiles and steps.
 bool few_tokens(const ForwardOperands& o, const Geometry& g, const XSource& x, int64_t t0, int64_t n,
-                int tile0, int tiles, float* m, FewStaging& st) {
+                int tile0, int tiles, int64_t s0, int64_t s1, float* m, FewStaging& st) {
   // forward_uses_tiles admits at most 6 C tiles (bf16 x) or 5 (fp16 x, one B tile more).
   auto run = [&]<int XP>() {
     switch (tiles) {
-      case 1: return few_tokens_gemm<1, XP>(o, g, x, t0, n, tile0, m, st);
-      case 2: return few_tokens_gemm<2, XP>(o, g, x, t0, n, tile0, m, st);
-      case 3: return few_tokens_gemm<3, XP>(o, g, x, t0, n, tile0, m, st);
-      case 4: return few_tokens_gemm<4, XP>(o, g, x, t0, n, tile0, m, st);
-      case 5: return few_tokens_gemm<5, XP>(o, g, x, t0, n, tile0, m, st);
+      case 1: return few_tokens_gemm<1, XP>(o, g, x, t0, n, tile0, s0, s1, m, st);
+      case 2: return few_tokens_gemm<2, XP>(o, g, x, t0, n, tile0, s0, s1, m, st);
+      case 3: return few_tokens_gemm<3, XP>(o, g, x, t0, n, tile0, s0, s1, m, st);
+      case 4: return few_tokens_gemm<4, XP>(o, g, x, t0, n, tile0, s0, s1, m, st);
+      case 5: return few_tokens_gemm<5, XP>(o, g, x, t0, n, tile0, s0, s1, m, st);
       default:
-        if constexpr (XP == 1) return few_tokens_gemm<6, 1>(o, g, x, t0, n, tile0, m, st);
+        if constexpr (XP == 1) return few_tokens_gemm<6, 1>(o, g, x, t0, n, tile0, s0, s1, m, st);
         return false;
     }
   };
   return g.x_parts == 1 ? run.template operator()<1>() : run.template operator()<2>();
 }
 
-// The squares of tokens [t0, t1) as the packed path sums them: step by step, the
-// same lanes (so a token's inv_rms does not depend on the path either).
+// The squares of tokens [t0, t1) as the packed path sums them: per slice, blocks of
+// kSquareSteps steps from zero, the same lanes (so a token's inv_rms does not
+// depend on the path either).
 void token_squares(const Geometry& g, const XSource& x, int64_t t0, int64_t t1, uint16_t* row_staging, float* sq) {
-  for (int64_t s = 0; s < g.steps; ++s)
-    for (int64_t t = t0; t < t1; ++t) {
-      const auto [row, stride] = x.source(t, 1, s, row_staging);
-      if (g.x_parts == 1) accumulate_squares(row, stride, 1, sq + 16 * (t - t0));
-      else fp16_parts(row, row_staging + kStep, row_staging + 2 * kStep, sq + 16 * (t - t0));
+  for (int64_t t = t0; t < t1; ++t)
+    for (int64_t s0 = 0; s0 < g.steps; s0 += kStepsPerBlock) {
+      const int64_t s1 = std::min(g.steps, s0 + kStepsPerBlock);
+      alignas(64) float slice[16] = {};
+      for (int64_t b0 = s0; b0 < s1; b0 += kSquareSteps) {
+        alignas(64) float block[16] = {};
+        for (int64_t s = b0; s < std::min(s1, b0 + kSquareSteps); ++s) {
+          const auto [row, stride] = x.source(t, 1, s, row_staging);
+          if (g.x_parts == 1) accumulate_squares(row, stride, 1, block);
+          else fp16_parts(row, row_staging + kStep, row_staging + 2 * kStep, block);
+        }
+        add_into(slice, block, 16);
+      }
+      add_into(sq + 16 * (t - t0), slice, 16);
     }
 }
 
 // The worker's scratch for one item.
 struct ItemScratch {
-  float* acc;          // [kItemTokens][m_stride] m, as the C tiles store it
+  float* acc;          // [kItemTokens][m_stride] m, the slices' C tiles added
   float* sq;           // [kItemTokens][16] lanes of sum(v^2)
   uint16_t* staging;   // [4][16][32] bf16: A tiles copied from x (bf16: 2 token tiles; fp16: 2 steps x 2 parts)
   uint16_t* row;       // [3][32] bf16: a row of x copied, and its parts (fp16)
+  SliceSums slice;     // one token group's slice
   float* h_pre;        // [N]
 };
 constexpr int64_t kAccFloats = kItemTokens * 16 * kMaxFTiles, kSqFloats = kItemTokens * 16,
@@ -324,20 +371,25 @@ constexpr int64_t kAccFloats = kItemTokens * 16 * kMaxFTiles, kSqFloats = kItemT
 
 ItemScratch lay_out(float* base) {
   ItemScratch s;
-  s.acc = base;
-  s.sq = s.acc + align16(kAccFloats);
-  s.staging = reinterpret_cast<uint16_t*>(s.sq + align16(kSqFloats));
-  s.row = reinterpret_cast<uint16_t*>(s.sq + align16(kSqFloats) + align16(kStagingFloats));
-  s.h_pre = s.sq + align16(kSqFloats) + align16(kStagingFloats) + align16(kRowFloats);
+  float* at = base;
+  auto take = [&](int64_t floats) { float* p = at; at += align16(floats); return p; };
+  s.acc = take(kAccFloats);
+  s.sq = take(kSqFloats);
+  s.staging = reinterpret_cast<uint16_t*>(take(kStagingFloats));
+  s.row = reinterpret_cast<uint16_t*>(take(kRowFloats));
+  s.slice.acc = take(32 * 16 * kMaxFTiles);
+  s.slice.sq = take(32 * 16);
+  s.slice.sq_block = take(32 * 16);
+  s.h_pre = at;  // [N], last
   return s;
 }
 
 // The once-per-call operands: packed phi.gamma (more than kFewTokens tokens) or
-// the few tokens' m (computed by the preparation's parts, a share of the C tiles
-// each).
+// the few tokens' m per slice (computed by the preparation's parts, a share of
+// the slices each).
 int64_t prepared_floats(const PreShape& d) {
   const Geometry g = geometry(d);
-  return d.T <= kFewTokens ? align16(kFewTokens * g.m_stride()) : align16(g.steps * g.step_dwords());
+  return d.T <= kFewTokens ? align16(slice_count(d.K) * d.T * g.m_stride()) : align16(g.steps * g.step_dwords());
 }
 
 }  // namespace
@@ -360,18 +412,24 @@ int64_t forward_prepared_bytes(const PreShape& d) {
 }
 
 int64_t forward_scratch_floats(const PreShape& d) {
-  return align16(kAccFloats) + align16(kSqFloats) + align16(kStagingFloats) + align16(kRowFloats) + align16(d.N);
+  return align16(kAccFloats) + align16(kSqFloats) + align16(kStagingFloats) + align16(kRowFloats) +
+         align16(32 * 16 * kMaxFTiles) + 2 * align16(32 * 16) + align16(d.N);
 }
 
-bool forward_prepare(const ForwardOperands& o, void* prepared, int64_t part, int64_t parts) {
+bool forward_prepare(const ForwardOperands& o, void* prepared, int64_t part, int64_t parts, float* /*scratch*/) {
   const Geometry g = geometry(o.shape);
   bool finite = true;
-  if (o.shape.T <= kFewTokens) {  // this part's share of the C tiles, for every token
-    const int tile0 = int(g.f_tiles * part / parts), tile1 = int(g.f_tiles * (part + 1) / parts);
-    if (tile1 > tile0) {
+  if (o.shape.T <= kFewTokens) {  // this part's share of the slices, for every token
+    const int64_t slices = slice_count(o.shape.K), first = slices * part / parts, end = slices * (part + 1) / parts;
+    if (end > first) {
       FewStaging staging;  // 40 KiB on the worker's stack
+      std::memset(staging.a, 0, sizeof staging.a);  // rows past F stay zero
       XSource x{&o, false, 0, nullptr, nullptr};
-      finite = few_tokens(o, g, x, 0, o.shape.T, tile0, tile1 - tile0, static_cast<float*>(prepared), staging);
+      for (int64_t slice = first; slice < end; ++slice) {
+        float* m = static_cast<float*>(prepared) + slice * o.shape.T * g.m_stride();
+        finite = few_tokens(o, g, x, 0, o.shape.T, 0, g.f_tiles, slice * kStepsPerBlock,
+                            std::min(g.steps, (slice + 1) * kStepsPerBlock), m, staging) && finite;
+      }
     }
   } else {
     finite = pack_steps(o, g, g.steps * part / parts, g.steps * (part + 1) / parts,
@@ -389,13 +447,16 @@ void forward_tokens(const ForwardItem& item, int64_t t0, int64_t t1) {
   // reach only C rows past the item's tokens (a row of C depends on its row of A).
   std::memset(s.staging, 0, 4 * 16 * kStep * sizeof(uint16_t));
   std::fill_n(s.sq, (t1 - t0) * 16, 0.0f);
-  XSource x{&o, x_direct(o), 2 * o.x.token_stride, s.staging, s.row};
   float* m = s.acc;
-  if (d.T <= kFewTokens) {  // m from the preparation; the squares here
-    m = static_cast<float*>(item.prepared->data) + t0 * g.m_stride();
+  std::fill_n(m, (t1 - t0) * g.m_stride(), 0.0f);
+  XSource x{&o, x_direct(o), 2 * o.x.token_stride, s.staging, s.row};
+  if (d.T <= kFewTokens) {  // m from the preparation's slices, added in order; the squares here
+    const float* slices = static_cast<const float*>(item.prepared->data);
+    for (int64_t slice = 0; slice < slice_count(d.K); ++slice)
+      add_into(m, slices + (slice * d.T + t0) * g.m_stride(), (t1 - t0) * g.m_stride());
     token_squares(g, x, t0, t1, s.row, s.sq);
   } else {
-    gemm(g, x, static_cast<const uint32_t*>(item.prepared->data), t0, t1, m, s.sq);
+    gemm(g, x, static_cast<const uint32_t*>(item.prepared->data), t0, t1, m, s.sq, s.slice);
   }
   // One product at a time, in SPEC's order, where a bf16 part that is exactly 0
   // (or a bf16 x that the tiles flush to 0) may meet Inf: x not finite (its sum of

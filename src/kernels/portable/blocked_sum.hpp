@@ -2,6 +2,7 @@
 // grows with n/16 instead of n, and the order (hence the bits) is fixed by n alone.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/common/token_math.hpp"
@@ -27,6 +28,19 @@ inline float dot(const float* a, const float* b, int64_t b_stride, int64_t n) {
   return fold_lanes(acc);
 }
 
-inline float sum_of_squares(const float* a, int64_t n) { return dot(a, a, 1, n); }
+// lanes[l] += the sum over columns [k0, k1) of a[k] b[k] in kLanes lanes, in blocks
+// of `block` columns from k0, each block's lanes from zero (lane (k - block start)
+// % kLanes), then added in order.
+inline void add_blocks(const float* a, const float* b, int64_t k0, int64_t k1, int64_t block, float (&lanes)[kLanes]) {
+  for (int64_t b0 = k0; b0 < k1; b0 += block) {
+    const int64_t b1 = std::min(k1, b0 + block);
+    float acc[kLanes] = {};
+    int64_t i = b0;
+    for (; i + kLanes <= b1; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l] * b[i + l];
+    for (int l = 0; i < b1; ++i, ++l) acc[l] += a[i] * b[i];
+    for (int l = 0; l < kLanes; ++l) lanes[l] += acc[l];
+  }
+}
 
 }  // namespace mhc::kernels::portable

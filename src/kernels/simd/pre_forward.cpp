@@ -2,12 +2,15 @@
 //
 // A work item is up to kTokensPerItem tokens. The item's m = phi.u is a small
 // GEMM [tokens x K] . [K x F] done in passes of at most kRowsPerPass rows of phi
-// and chunks of kChunkColumns columns: each chunk of u (cast to fp32, times gamma)
-// is formed once per pass and stays in cache while every micro-tile of
-// kTileTokens tokens x kTileRows rows runs over it, register-blocked, a block of
-// kBlockColumns columns at a time whose rows of phi are copied to stay in L1. Lane
-// partial sums live in the scratch between chunks and are folded once at the end,
-// so a token's bits depend on K and its own data only (batch invariance).
+// and slices of kSliceColumns columns (pre_forward.hpp): each slice of u (cast to
+// fp32, times gamma) is formed once per pass and stays in cache while every
+// micro-tile of kTileTokens tokens x kTileRows rows runs over it, register-blocked,
+// a block of kBlockColumns columns at a time whose rows of phi are copied to stay
+// in L1. Each slice's lane sums start from zero and are added to the item's totals
+// in slice order; the totals are folded once at the end, so a token's bits depend
+// on K and its own data only (batch invariance). Calls of at most kDecodeTokens
+// tokens (decode) share the slices among the workers instead (the preparation),
+// each slice's lane sums kept apart, and then add them in the same order per token.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/pre_forward.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -37,9 +40,11 @@ constexpr int64_t kBlockColumns = 256, kBlockStride = kBlockColumns + 16;
 constexpr int64_t kCastAhead = 4;
 
 struct ForwardScratch {
-  float* u;        // [kTokensPerItem][kURowFloats] u = v*gamma of one chunk
-  float* acc;      // [kTokensPerItem][rows][L] lane sums of m for the pass's rows
-  float* sum_sq;   // [kTokensPerItem][L] lane sums of v^2, then [kTokensPerItem] tails
+  float* u;        // [kTokensPerItem][kURowFloats] u = v*gamma of one slice
+  float* acc;      // [kTokensPerItem][rows][L] one slice's lane sums of m for the pass's rows
+  float* total;    // [kTokensPerItem][rows][L] the slices' lane sums, added in order
+  float* sq_slice; // [kTokensPerItem][L] one slice's lane sums of v^2, then [kTokensPerItem] its scalar tails
+  float* sum_sq;   // the same for the slices added in order
   float* phi_tail; // [rows][L] the last, partial, column vector of phi, zero-padded
   float* phi_chunk; // [rows][kBlockStride] the pass's rows of phi over a block of columns
   float* m;        // [kTokensPerItem][F]
@@ -49,8 +54,8 @@ struct ForwardScratch {
 int64_t ForwardScratchFloats(const PreShape& d) {
   const int64_t L = hn::Lanes(DF()), tokens = kTokensPerItem;
   const int64_t rows = std::min<int64_t>(d.F, kRowsPerPass);
-  return tokens * kURowFloats + tokens * rows * L + tokens * (L + 1) + rows * L + rows * kBlockStride +
-         tokens * d.F + d.N + 7 * 16;  // alignment slack
+  return tokens * kURowFloats + 2 * tokens * rows * L + 2 * tokens * (L + 1) + rows * L + rows * kBlockStride +
+         tokens * d.F + d.N + 9 * 16;  // alignment slack
 }
 
 static ForwardScratch LayOutForwardScratch(float* base, const PreShape& d) {
@@ -61,6 +66,8 @@ static ForwardScratch LayOutForwardScratch(float* base, const PreShape& d) {
   auto take = [&](int64_t floats) { float* p = at; at += align16(floats); return p; };
   s.u = take(tokens * kURowFloats);
   s.acc = take(tokens * rows * L);
+  s.total = take(tokens * rows * L);
+  s.sq_slice = take(tokens * (L + 1));
   s.sum_sq = take(tokens * (L + 1));
   s.phi_tail = take(rows * L);
   s.phi_chunk = take(rows * kBlockStride);
@@ -69,12 +76,21 @@ static ForwardScratch LayOutForwardScratch(float* base, const PreShape& d) {
   return s;
 }
 
+// sum[i] += part[i], i < count (a multiple of the lanes; both on vector boundaries).
+static void AddInto(float* sum, const float* part, int64_t count) {
+  const DF df;
+  for (int64_t i = 0; i < count; i += hn::Lanes(df))
+    hn::Store(hn::Add(hn::Load(df, sum + i), hn::Load(df, part + i)), df, sum + i);
+}
+
 // u[t][k - k0] = v * gamma for the columns [k0, k1) of token t (zeros up to k_end,
-// the padded end); on the first pass also the sum of v^2. The same columns of
-// token t_ahead are asked of the cache meanwhile: a chunk of a row is at most a
-// few pages, too short for the hardware prefetcher to learn. Rows of x and gamma
-// are unit-stride (the driver stages other layouts); whole vectors go through
-// ScaleRow, the rest one element at a time.
+// the padded end); on the first pass also the sum of v^2, into sq_lanes and
+// sq_tail. The same columns of token t_ahead are asked of the cache meanwhile: a
+// slice of a row is at most a few pages, too short for the hardware prefetcher to
+// learn. Rows of x and gamma are unit-stride (the driver stages other layouts);
+// whole vectors go through ScaleRow in blocks of kSquareBlockColumns from each
+// stream's piece of the slice, each block's squares from zero, the rest one
+// element at a time.
 static void CastChunk(const ForwardOperands& o, int64_t t, int64_t t_ahead, int64_t k0, int64_t k1,
                       int64_t k_end, float* u_row, float* sq_lanes, float* sq_tail, bool with_sum_sq) {
   const DF df;
@@ -92,8 +108,13 @@ static void CastChunk(const ForwardOperands& o, int64_t t, int64_t t_ahead, int6
       const char* ahead = x + (t_ahead >= 0 ? o.x.at(t_ahead, n) : x_at) * esize;
       float* u_out = u_row + (n * D - k0);
       int64_t j = j0;
-      j += ScaleRow<T>(x + (x_at + j) * esize, has_gamma ? gamma + j : nullptr, j1 - j, u_out + j, sq, with_sum_sq,
-                       ahead + j * esize);
+      while (j1 - j >= int64_t(hn::Lanes(df))) {
+        VF block = hn::Zero(df);
+        j += ScaleRow<T>(x + (x_at + j) * esize, has_gamma ? gamma + j : nullptr,
+                         std::min<int64_t>(kSquareBlockColumns, j1 - j), u_out + j, block, with_sum_sq,
+                         ahead + j * esize);
+        sq = hn::Add(sq, block);
+      }
       for (; j < j1; ++j) {
         const float v = core::load_element(x, T, x_at + j);
         if (with_sum_sq) tail += v * v;
@@ -158,58 +179,142 @@ void ForwardFinishTokens(const ForwardOperands& o, int64_t t0, int64_t t1, const
   hwy::FlushStream();  // HInRow's streaming stores, before the caller reads h_in
 }
 
-void ForwardTokens(const ForwardItem& item, int64_t t0, int64_t t1) {
+// One slice of K (pre_forward.hpp) for tokens [t0, t0 + tokens) and rows
+// [f0, f0 + rows) of phi: s.acc the lane sums of m from zero, and with with_sq
+// s.sq_slice the lanes and tails of sum(v^2) from zero.
+static void SliceSums(const ForwardOperands& o, const ForwardScratch& s, int64_t t0, int64_t tokens, int64_t f0,
+                      int64_t rows, int64_t slice, bool with_sq) {
+  const PreShape& d = o.shape;
+  const DF df;
+  const int64_t L = hn::Lanes(df);
+  const int64_t K_full = d.K / L * L, K_pad = round_up(d.K, L);
+  const float* phi = o.phi.data;
+  const int64_t phi_rs = o.phi.row_stride;
+  const int64_t k0 = slice * kSliceColumns;
+  const int64_t k_end = std::min(K_pad, k0 + kSliceColumns), k1 = std::min(d.K, k_end);
+  std::fill_n(s.acc, tokens * rows * L, 0.0f);
+  if (with_sq) std::fill_n(s.sq_slice, tokens * (L + 1), 0.0f);
+  for (int64_t t = 0; t < tokens; ++t)
+    CastChunk(o, t0 + t, t + kCastAhead < tokens ? t0 + t + kCastAhead : -1, k0, k1, k_end, s.u + t * kURowFloats,
+              s.sq_slice + t * L, s.sq_slice + tokens * L + t, with_sq);
+  const int64_t full_end = std::min(k_end, K_full);  // columns read from phi (or its copy)
+  // The next slice's x is left to the hardware prefetchers and the cast's own
+  // prefetch (asking for it from the tiles' inner loop costs more: performance.md).
+  // Blocks of columns; each accumulator still takes its column vectors in
+  // ascending order, so the bits are those of one pass over the slice. An
+  // item of one tile's tokens reads phi once: it runs over phi's rows.
+  const bool copy_phi = tokens > kTileTokens;
+  for (int64_t c0 = k0; c0 < full_end; c0 += kBlockColumns) {
+    const int64_t c1 = std::min(full_end, c0 + kBlockColumns);
+    if (!copy_phi) {
+      RunTiles(s, tokens, rows, c0 - k0, phi + f0 * phi_rs + c0, phi_rs, (c1 - c0) / L);
+      continue;
+    }
+    for (int64_t f = 0; f < rows; ++f) {
+      float* row = s.phi_chunk + f * kBlockStride;
+      const float* from = phi + (f0 + f) * phi_rs;
+      for (int64_t k = c0; k < c1; k += L) hn::Store(hn::LoadU(df, from + k), df, row + (k - c0));
+    }
+    RunTiles(s, tokens, rows, c0 - k0, s.phi_chunk, kBlockStride, (c1 - c0) / L);
+  }
+  if (k_end > full_end && full_end >= k0) {  // the partial last column vector, zero-padded
+    std::fill_n(s.phi_tail, rows * L, 0.0f);
+    for (int64_t f = 0; f < rows; ++f)
+      for (int64_t k = K_full; k < d.K; ++k) s.phi_tail[f * L + k - K_full] = phi[(f0 + f) * phi_rs + k];
+    RunTiles(s, tokens, rows, full_end - k0, s.phi_tail, L, 1);
+  }
+}
+
+// The decode path's prepared operands: per slice, [T][F][L] lane sums of m, then
+// [T][L] lane sums of v^2 and [T] scalar tails (the layout of sq_slice).
+struct DecodeSums {
+  float* m;   // [slices][T][F][L]
+  float* sq;  // [slices][T][L + 1]
+};
+static DecodeSums DecodeSumsOf(void* prepared, const PreShape& d) {
+  const int64_t L = hn::Lanes(DF());
+  float* base = static_cast<float*>(prepared);
+  return {base, base + slice_count(d.K) * d.T * d.F * L};
+}
+
+int64_t ForwardPreparedBytes(const PreShape& d) {
+  if (d.T == 0 || d.T > kDecodeTokens) return 0;
+  const int64_t L = hn::Lanes(DF());
+  return slice_count(d.K) * d.T * (d.F * L + L + 1) * int64_t(sizeof(float));
+}
+
+// Decode items are a few tokens: the finish reads each token's slices once.
+int64_t ForwardItemTokens(const PreShape& d) { return d.T <= kDecodeTokens ? 8 : kTokensPerItem; }
+
+// The decode path's share `part` of `parts` of the slices, every token's.
+bool ForwardPrepare(const ForwardOperands& o, void* prepared, int64_t part, int64_t parts, float* scratch) {
+  const PreShape& d = o.shape;
+  const int64_t L = hn::Lanes(DF()), slices = slice_count(d.K);
+  const ForwardScratch s = LayOutForwardScratch(scratch, d);
+  const DecodeSums sums = DecodeSumsOf(prepared, d);
+  for (int64_t slice = slices * part / parts; slice < slices * (part + 1) / parts; ++slice)
+    for (int64_t f0 = 0; f0 < d.F; f0 += kRowsPerPass) {
+      const int64_t rows = std::min<int64_t>(kRowsPerPass, d.F - f0);
+      SliceSums(o, s, 0, d.T, f0, rows, slice, f0 == 0);
+      float* m = sums.m + slice * d.T * d.F * L;
+      for (int64_t t = 0; t < d.T; ++t)
+        std::copy_n(s.acc + t * rows * L, rows * L, m + (t * d.F + f0) * L);
+      if (f0 == 0) std::copy_n(s.sq_slice, d.T * (L + 1), sums.sq + slice * d.T * (L + 1));
+    }
+  return true;
+}
+
+// Tokens [t0, t1) of a decode call: each token's slices added in order, as
+// ForwardTokens adds them, then the finish.
+static void DecodeTokens(const ForwardItem& item, int64_t t0, int64_t t1) {
   const ForwardOperands& o = *item.operands;
   const PreShape& d = o.shape;
   const DF df;
-  const int64_t L = hn::Lanes(df), tokens = t1 - t0;
-  const int64_t K_full = d.K / L * L, K_pad = round_up(d.K, L);
+  const int64_t L = hn::Lanes(df), slices = slice_count(d.K);
   const ForwardScratch s = LayOutForwardScratch(item.scratch, d);
-  const float* phi = o.phi.data;
-  const int64_t phi_rs = o.phi.row_stride;
-  std::fill_n(s.sum_sq, tokens * (L + 1), 0.0f);
+  const DecodeSums sums = DecodeSumsOf(item.prepared->data, d);
+  for (int64_t t = t0; t < t1; ++t) {
+    for (int64_t f = 0; f < d.F; ++f) {
+      VF lanes = hn::Zero(df);
+      for (int64_t slice = 0; slice < slices; ++slice)
+        lanes = hn::Add(lanes, hn::Load(df, sums.m + ((slice * d.T + t) * d.F + f) * L));
+      s.m[f] = FoldLanes(df, lanes);
+    }
+    VF sq = hn::Zero(df);
+    float tail = 0.0f;
+    for (int64_t slice = 0; slice < slices; ++slice) {
+      const float* sq_slice = sums.sq + slice * d.T * (L + 1);
+      sq = hn::Add(sq, hn::Load(df, sq_slice + t * L));
+      tail += sq_slice[d.T * L + t];
+    }
+    common::forward_token_finish(o, t, FoldLanes(df, sq) + tail, s.m, s.h_pre);
+    HInRow(o, t, s.h_pre);
+  }
+  hwy::FlushStream();  // HInRow's streaming stores, before the caller reads h_in
+}
 
+void ForwardTokens(const ForwardItem& item, int64_t t0, int64_t t1) {
+  const ForwardOperands& o = *item.operands;
+  const PreShape& d = o.shape;
+  if (d.T <= kDecodeTokens) return DecodeTokens(item, t0, t1);
+  const DF df;
+  const int64_t L = hn::Lanes(df), tokens = t1 - t0, slices = slice_count(d.K);
+  const ForwardScratch s = LayOutForwardScratch(item.scratch, d);
+  std::fill_n(s.sum_sq, tokens * (L + 1), 0.0f);
   for (int64_t f0 = 0; f0 < d.F; f0 += kRowsPerPass) {  // passes over rows of phi
     const int64_t rows = std::min<int64_t>(kRowsPerPass, d.F - f0);
-    std::fill_n(s.acc, tokens * rows * L, 0.0f);
-    if (K_full < d.K) {  // the partial last column vector, zero-padded
-      std::fill_n(s.phi_tail, rows * L, 0.0f);
-      for (int64_t f = 0; f < rows; ++f)
-        for (int64_t k = K_full; k < d.K; ++k) s.phi_tail[f * L + k - K_full] = phi[(f0 + f) * phi_rs + k];
-    }
-    for (int64_t k0 = 0; k0 < K_pad; k0 += kChunkColumns) {
-      const int64_t k_end = std::min(K_pad, k0 + kChunkColumns), k1 = std::min(d.K, k_end);
-      for (int64_t t = 0; t < tokens; ++t)
-        CastChunk(o, t0 + t, t + kCastAhead < tokens ? t0 + t + kCastAhead : -1, k0, k1, k_end,
-                  s.u + t * kURowFloats, s.sum_sq + t * L, s.sum_sq + tokens * L + t, f0 == 0);
-      const int64_t full_end = std::min(k_end, K_full);  // columns read from phi (or its copy)
-      // The next chunk's x is left to the hardware prefetchers and the cast's own
-      // prefetch (asking for it from the tiles' inner loop costs more: performance.md).
-      // Blocks of columns; each accumulator still takes its column vectors in
-      // ascending order, so the bits are those of one pass over the chunk. An
-      // item of one tile's tokens reads phi once: it runs over phi's rows.
-      const bool copy_phi = tokens > kTileTokens;
-      for (int64_t c0 = k0; c0 < full_end; c0 += kBlockColumns) {
-        const int64_t c1 = std::min(full_end, c0 + kBlockColumns);
-        if (!copy_phi) {
-          RunTiles(s, tokens, rows, c0 - k0, phi + f0 * phi_rs + c0, phi_rs, (c1 - c0) / L);
-          continue;
-        }
-        for (int64_t f = 0; f < rows; ++f) {
-          float* row = s.phi_chunk + f * kBlockStride;
-          const float* from = phi + (f0 + f) * phi_rs;
-          for (int64_t k = c0; k < c1; k += L) hn::Store(hn::LoadU(df, from + k), df, row + (k - c0));
-        }
-        RunTiles(s, tokens, rows, c0 - k0, s.phi_chunk, kBlockStride, (c1 - c0) / L);
-      }
-      if (k_end > full_end && full_end >= k0)  // the padded tail vector
-        RunTiles(s, tokens, rows, full_end - k0, s.phi_tail, L, 1);
+    std::fill_n(s.total, tokens * rows * L, 0.0f);
+    for (int64_t slice = 0; slice < slices; ++slice) {
+      SliceSums(o, s, t0, tokens, f0, rows, slice, f0 == 0);
+      AddInto(s.total, s.acc, tokens * rows * L);
+      if (f0 > 0) continue;
+      AddInto(s.sum_sq, s.sq_slice, tokens * L);
+      for (int64_t t = 0; t < tokens; ++t) s.sum_sq[tokens * L + t] += s.sq_slice[tokens * L + t];
     }
     for (int64_t t = 0; t < tokens; ++t)
       for (int64_t f = 0; f < rows; ++f)
-        s.m[t * d.F + f0 + f] = FoldLanes(df, hn::Load(df, s.acc + (t * rows + f) * L));
+        s.m[t * d.F + f0 + f] = FoldLanes(df, hn::Load(df, s.total + (t * rows + f) * L));
   }
-
   for (int64_t t = 0; t < tokens; ++t) {
     const float sum_sq = FoldLanes(df, hn::Load(df, s.sum_sq + t * L)) + s.sum_sq[tokens * L + t];
     common::forward_token_finish(o, t0 + t, sum_sq, s.m + t * d.F, s.h_pre);
@@ -219,8 +324,12 @@ void ForwardTokens(const ForwardItem& item, int64_t t0, int64_t t1) {
 }
 
 // (Unused on the targets the registry does not name.)
-[[maybe_unused]] const PreForwardKernels kPreForward = {
-    .scratch_floats = ForwardScratchFloats, .tokens = ForwardTokens, .finish_tokens = ForwardFinishTokens};
+[[maybe_unused]] const PreForwardKernels kPreForward = {.scratch_floats = ForwardScratchFloats,
+                                                        .tokens = ForwardTokens,
+                                                        .item_tokens = ForwardItemTokens,
+                                                        .prepared_bytes = ForwardPreparedBytes,
+                                                        .prepare = ForwardPrepare,
+                                                        .finish_tokens = ForwardFinishTokens};
 
 }  // namespace mhc::kernels::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

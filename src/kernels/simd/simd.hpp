@@ -14,7 +14,7 @@ namespace mhc::kernels::simd {
 
 // Rows of phi per pass of the forward GEMM, and columns per chunk of u.
 inline constexpr int64_t kRowsPerPass = 80;
-inline constexpr int64_t kChunkColumns = 2048;
+inline constexpr int64_t kChunkColumns = kSliceColumns;  // a chunk of u is a slice of the sums
 // Outputs larger than this are written with streaming stores (grad_x; h_in, which
 // is written once per token after x is read twice, from a lower size).
 inline constexpr int64_t kStreamBytes = int64_t(64) << 20;

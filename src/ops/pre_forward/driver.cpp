@@ -94,8 +94,9 @@ Status run(const core::ForwardProblem& original, void* workspace, size_t workspa
   const kernels::ForwardOperands operands = operands_of(problem);
   const Workspace w = lay_out(plan, workspace);
   if (plan.prepare_parts > 0)
-    runtime::parallel_for(plan.prepare_parts, plan.prepare_parts, [&](int64_t part, int) {
-      w.prepared.finite[part] = kernels.prepare(operands, w.prepared.data, part, plan.prepare_parts) ? 1 : 0;
+    runtime::parallel_for(plan.prepare_parts, plan.prepare_parts, [&](int64_t part, int worker) {
+      w.prepared.finite[part] =
+          kernels.prepare(operands, w.prepared.data, part, plan.prepare_parts, w.scratch(worker)) ? 1 : 0;
     });
   if (kernels.serial) {
     kernels.tokens({&operands, w.scratch_base, &w.prepared, selected.finish}, 0, T);

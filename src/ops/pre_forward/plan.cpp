@@ -31,9 +31,10 @@ Plan make_plan(const kernels::PreForwardKernels& kernels, const kernels::PreShap
   const int64_t prepared = kernels.prepared_bytes ? kernels.prepared_bytes(shape) : 0;
   plan.prepared_bytes = round_up(prepared, 64);
   plan.prepare_parts = prepared > 0 ? prepare_threads : 0;
+  plan.scratch_workers = std::max(plan.threads, plan.prepare_parts);
   if (T > 0)
-    plan.workspace_bytes =
-        size_t(plan.threads * plan.scratch_floats) * sizeof(float) + size_t(plan.prepared_bytes + plan.prepare_parts);
+    plan.workspace_bytes = size_t(plan.scratch_workers * plan.scratch_floats) * sizeof(float) +
+                           size_t(plan.prepared_bytes + plan.prepare_parts);
   return plan;
 }
 
@@ -43,7 +44,7 @@ Workspace lay_out(const Plan& plan, void* workspace) {
   char* at = static_cast<char*>(workspace);
   w.scratch_base = reinterpret_cast<float*>(at);
   w.scratch_floats = plan.scratch_floats;
-  at += plan.threads * plan.scratch_floats * int64_t(sizeof(float));
+  at += plan.scratch_workers * plan.scratch_floats * int64_t(sizeof(float));
   w.prepared.data = plan.prepared_bytes > 0 ? at : nullptr;
   at += plan.prepared_bytes;
   w.prepared.finite = reinterpret_cast<uint8_t*>(at);

@@ -25,10 +25,11 @@ struct Plan {
   int64_t scratch_floats = 0;   // per worker, a multiple of 16
   int64_t prepared_bytes = 0;   // operands prepared once per call, a multiple of 64
   int prepare_parts = 0;        // parallel parts of that preparation (0: none)
+  int scratch_workers = 1;      // scratches: one per worker of the items or of the preparation
   size_t workspace_bytes = 0;
 };
 
-// The workspace of one call as typed views: [threads][scratch] floats, the
+// The workspace of one call as typed views: [scratch_workers][scratch] floats, the
 // prepared operands, one finite flag per preparation part.
 struct Workspace {
   float* scratch_base = nullptr;

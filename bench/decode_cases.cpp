@@ -1,0 +1,221 @@
+// The decode rows and the floor probe (decode_cases.hpp).
+#include "decode_cases.hpp"
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <thread>
+
+#include "acl/acl.h"
+#include "aclnnop/aclnn_mhc_pre.h"
+
+namespace mhc_bench {
+namespace {
+
+void pin_to(int cpu) {
+  const int cpus = std::max(1, int(std::thread::hardware_concurrency()));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu % cpus, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);  // best effort
+}
+
+// ---- the floor: out[f][lane] = sum over columns [c0, c1) of phi[f][c] u[c] ----------
+// Each element of phi is loaded once and meets one FMA; u's vector once per column
+// vector for all rows (F <= 24 accumulators stay in registers).
+__attribute__((target("avx512f"), noinline)) void phi_pass_avx512(const float* phi, int64_t F, int64_t K,
+                                                                   const float* u, int64_t c0, int64_t c1,
+                                                                   float* out) {
+  for (int64_t f0 = 0; f0 < F; f0 += 24) {
+    const int rows = int(std::min<int64_t>(24, F - f0));
+    __m512 acc[24];
+    for (int r = 0; r < 24; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t c = c0; c < c1; c += 16) {
+      const __m512 uv = _mm512_loadu_ps(u + c);
+#pragma GCC unroll 24
+      for (int r = 0; r < 24; ++r)
+        if (r < rows) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(phi + (f0 + r) * K + c), uv, acc[r]);
+    }
+    for (int r = 0; r < rows; ++r) _mm512_storeu_ps(out + (f0 + r) * 16, acc[r]);
+  }
+}
+
+__attribute__((target("avx2,fma"), noinline)) void phi_pass_avx2(const float* phi, int64_t F, int64_t K,
+                                                                  const float* u, int64_t c0, int64_t c1,
+                                                                  float* out) {
+  for (int64_t f0 = 0; f0 < F; f0 += 12) {
+    const int rows = int(std::min<int64_t>(12, F - f0));
+    __m256 acc[12];
+    for (int r = 0; r < 12; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t c = c0; c < c1; c += 8) {
+      const __m256 uv = _mm256_loadu_ps(u + c);
+#pragma GCC unroll 12
+      for (int r = 0; r < 12; ++r)
+        if (r < rows) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(phi + (f0 + r) * K + c), uv, acc[r]);
+    }
+    for (int r = 0; r < rows; ++r) _mm256_storeu_ps(out + (f0 + r) * 16, acc[r]);
+  }
+}
+
+void phi_pass_plain(const float* phi, int64_t F, int64_t K, const float* u, int64_t c0, int64_t c1, float* out) {
+  for (int64_t f = 0; f < F; ++f) {
+    float acc = 0;
+    for (int64_t c = c0; c < c1; ++c) acc += phi[f * K + c] * u[c];
+    out[f * 16] = acc;
+  }
+}
+
+// Workers 1.. spin on a generation counter between passes (no sleeping, no
+// queue): the cheapest hand-off two cores allow. Worker 0 is the caller.
+class PersistentThreads {
+ public:
+  PersistentThreads(int threads, std::function<void(int)> part) : threads_(threads), part_(std::move(part)) {
+    for (int w = 1; w < threads_; ++w)
+      helpers_.emplace_back([this, w] {
+        pin_to(w);
+        uint64_t seen = 0;
+        for (;;) {
+          uint64_t now;
+          while ((now = generation_.load(std::memory_order_acquire)) == seen) _mm_pause();
+          seen = now;
+          if (stop_.load(std::memory_order_relaxed)) return;
+          part_(w);
+          done_.fetch_add(1, std::memory_order_acq_rel);
+        }
+      });
+  }
+  ~PersistentThreads() {
+    stop_.store(true);
+    generation_.fetch_add(1, std::memory_order_release);
+    for (auto& t : helpers_) t.join();
+  }
+  void run() {
+    done_.store(0, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
+    part_(0);
+    while (done_.load(std::memory_order_acquire) < threads_ - 1) _mm_pause();
+  }
+
+ private:
+  const int threads_;
+  std::function<void(int)> part_;
+  std::vector<std::thread> helpers_;
+  alignas(64) std::atomic<uint64_t> generation_{0};
+  alignas(64) std::atomic<int> done_{0};
+  std::atomic<bool> stop_{false};
+};
+
+Timing time_floor(int64_t F, int64_t K, int threads, int runs, double min_seconds) {
+  std::vector<float> phi(size_t(F * K)), u(static_cast<size_t>(K)), out(size_t(threads * F * 16));
+  for (size_t i = 0; i < phi.size(); ++i) phi[i] = float((i * 2654435761u) % 1000) * 1e-6f;
+  for (size_t i = 0; i < u.size(); ++i) u[i] = float(i % 7) * 0.1f;
+  __builtin_cpu_init();
+  auto* pass = __builtin_cpu_supports("avx512f") ? phi_pass_avx512
+               : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? phi_pass_avx2
+                                                                                  : phi_pass_plain;
+  const int64_t vectors = K / 16;  // K is a multiple of 16 at the decode shapes
+  cpu_set_t saved;
+  sched_getaffinity(0, sizeof saved, &saved);
+  pin_to(0);
+  Timing t;
+  {
+    PersistentThreads workers(threads, [&](int w) {
+      pass(phi.data(), F, K, u.data(), vectors * w / threads * 16, vectors * (w + 1) / threads * 16,
+           out.data() + w * F * 16);
+    });
+    t = time_calls([&] { workers.run(); }, runs, min_seconds, 100000);
+  }
+  sched_setaffinity(0, sizeof saved, &saved);
+  if (out[0] == 12345.0f) std::fprintf(stderr, " ");  // keep the result alive
+  return t;
+}
+
+// ---- aclnn's two phases ----------------------------------------------------------
+aclTensor* acl_tensor(const mhc::TensorView& v) {
+  const aclDataType type = v.dtype == mhc::DType::bf16 ? ACL_BF16 : v.dtype == mhc::DType::fp16 ? ACL_FLOAT16 : ACL_FLOAT;
+  return aclCreateTensor(v.shape.data(), uint64_t(v.rank), type, v.strides.data(), 0, ACL_FORMAT_ND, v.shape.data(),
+                         uint64_t(v.rank), v.data);
+}
+
+void check_acl(int status, const char* what) {
+  if (status == 0) return;
+  std::fprintf(stderr, "mhc-bench: %s failed: %d (%s)\n", what, status, aclGetRecentErrMsg());
+  std::exit(1);
+}
+
+Timing time_aclnn(const ShapeBuffers& b, aclrtStream stream, int runs, double min_seconds) {
+  const mhc::PreForwardInputs in = b.forward_inputs();
+  const mhc::PreForwardOutputs out = b.forward_outputs();
+  aclTensor* x = acl_tensor(in.x);
+  aclTensor* phi = acl_tensor(in.phi);
+  aclTensor* alpha = acl_tensor(in.alpha);
+  aclTensor* bias = acl_tensor(in.bias);
+  aclTensor* gamma = in.gamma ? acl_tensor(*in.gamma) : nullptr;
+  aclTensor* h_in = acl_tensor(out.h_in);
+  aclTensor* h_post = acl_tensor(*out.h_post);
+  aclTensor* h_res = acl_tensor(*out.h_res);
+  aclTensor* inv_rms = acl_tensor(*out.inv_rms);
+  aclTensor* h_mix = acl_tensor(*out.h_mix);
+  aclTensor* h_pre = acl_tensor(*out.h_pre);
+  void* workspace = nullptr;
+  uint64_t capacity = 0;  // a caching allocator's block, reused while large enough
+  const Timing t = time_calls(
+      [&] {
+        uint64_t bytes = 0;
+        aclOpExecutor* executor = nullptr;
+        check_acl(aclnnMhcPreGetWorkspaceSize(x, phi, alpha, bias, gamma, 1e-6, 1e-6, h_in, h_post, h_res, inv_rms,
+                                              h_mix, h_pre, &bytes, &executor),
+                  "aclnnMhcPreGetWorkspaceSize");
+        if (bytes > capacity) {
+          if (workspace) aclrtFree(workspace);
+          check_acl(aclrtMalloc(&workspace, bytes, ACL_MEM_MALLOC_HUGE_FIRST), "aclrtMalloc");
+          capacity = bytes;
+        }
+        check_acl(aclnnMhcPre(workspace, bytes, executor, stream), "aclnnMhcPre");
+        check_acl(aclrtSynchronizeStream(stream), "aclrtSynchronizeStream");
+      },
+      runs, min_seconds, 100000);
+  if (workspace) aclrtFree(workspace);
+  for (aclTensor* tensor : {x, phi, alpha, bias, gamma, h_in, h_post, h_res, inv_rms, h_mix, h_pre})
+    if (tensor) aclDestroyTensor(tensor);
+  return t;
+}
+
+}  // namespace
+
+DecodeResults run_decode_cases(int threads, int runs, double min_seconds, double fma_peak_gflops) {
+  DecodeResults results;
+  check_acl(aclInit(nullptr), "aclInit");
+  check_acl(aclrtSetDevice(0), "aclrtSetDevice");
+  aclrtStream stream = nullptr;
+  check_acl(aclrtCreateStream(&stream), "aclrtCreateStream");
+  for (int64_t D : {int64_t(4096), int64_t(7168)}) {
+    const int64_t N = 4, F = 2 * N + N * N, K = N * D;
+    DecodeFloor floor{D, time_floor(F, K, threads, runs, min_seconds)};
+    results.floors.push_back(floor);
+    for (int64_t T : {int64_t(1), int64_t(4), int64_t(16), int64_t(32), int64_t(64)}) {
+      DecodeRow row;
+      row.shape = {"decode", T, N, D, mhc::DType::bf16, true, false, false, "decode"};
+      row.cost = forward_cost(row.shape);
+      row.fma_bound_ms = fma_peak_gflops > 0 ? 2.0 * double(T * F * K) / (fma_peak_gflops * 1e9) * 1e3 : 0;
+      const ShapeBuffers buffers(row.shape);
+      row.cpp = time_forward(buffers, threads, runs, min_seconds, 100000);
+      row.aclnn = time_aclnn(buffers, stream, runs, min_seconds);
+      row.floor_ms = floor.timing.median();
+      results.rows.push_back(row);
+    }
+  }
+  aclrtDestroyStream(stream);
+  aclrtResetDevice(0);
+  aclFinalize();
+  return results;
+}
+
+}  // namespace mhc_bench

@@ -1,0 +1,72 @@
+// Decode calls (at most kDecodeTokens tokens, which split K among the workers
+// instead of tokens) give every token the bits it gets inside a batch of 4096
+// (which splits tokens), on every kernel family, for T = 1, 16 and 64 at any
+// thread count (SPEC §5). K = 4400: three slices, the last partial; D = 1100 is
+// no multiple of a vector or of an AMX step.
+#include <cstring>
+
+#include <gtest/gtest.h>
+
+#include "kernels/pre_forward.hpp"
+#include "test_util.hpp"
+
+namespace mhc_test {
+namespace {
+
+static_assert(mhc::kernels::kDecodeTokens == 64, "the cases below cover the decode path's bounds");
+
+// The per-token bits of every forward output, tokens [t0, t0 + count) of a call of T.
+std::vector<uint32_t> token_bits(const Tensor& t, int64_t T, int64_t t0, int64_t count) {
+  const std::vector<uint32_t> all = t.raw();
+  const size_t per = all.size() / size_t(T);
+  return {all.begin() + long(per * t0), all.begin() + long(per * (t0 + count))};
+}
+
+struct DecodeCase {
+  DType dtype;
+  const char* name;
+};
+
+class DecodeInvariance : public ::testing::TestWithParam<DecodeCase> {};
+
+TEST_P(DecodeInvariance, DecodeCallsGiveTheBitsOfABatchOf4096) {
+  Config batch_cfg;
+  batch_cfg.N = 4, batch_cfg.D = 1100, batch_cfg.B = 1, batch_cfg.S = 4096;
+  batch_cfg.dtype = GetParam().dtype;
+  batch_cfg.seed = 77;
+  const int64_t T = batch_cfg.T(), token_bytes = batch_cfg.K() * element_bytes(batch_cfg.dtype);
+  Operands batch = make_operands(batch_cfg);
+  for (mhc::Isa isa : available_families()) {
+    SCOPED_TRACE(std::string("kernel family ") + mhc::isa_name(isa));
+    batch.options.isa = isa;
+    batch.options.num_threads = 2;
+    ASSERT_TRUE(mhc::pre_forward(forward_inputs(batch), forward_outputs(batch), batch.options).ok());
+    for (int64_t count : {int64_t(1), int64_t(16), int64_t(64)})
+      for (int threads : {1, 2}) {
+        const int64_t t0 = 1000 + count;  // on no item's boundary of the batch
+        SCOPED_TRACE("T=" + std::to_string(count) + " (tokens from " + std::to_string(t0) + "), " +
+                     std::to_string(threads) + " thread(s)");
+        Config small_cfg = batch_cfg;
+        small_cfg.S = count;
+        Operands small = make_operands(small_cfg);
+        small.phi = batch.phi, small.alpha = batch.alpha, small.bias = batch.bias, small.gamma = batch.gamma;
+        std::memcpy(small.x.data(), static_cast<char*>(batch.x.data()) + t0 * token_bytes, size_t(count * token_bytes));
+        small.options.isa = isa;
+        small.options.num_threads = threads;
+        ASSERT_TRUE(mhc::pre_forward(forward_inputs(small), forward_outputs(small), small.options).ok());
+        for (auto [name, in_batch, alone] :
+             {std::tuple{"h_in", &batch.h_in, &small.h_in}, {"h_post", &batch.h_post, &small.h_post},
+              {"h_res", &batch.h_res, &small.h_res}, {"inv_rms", &batch.inv_rms, &small.inv_rms},
+              {"h_mix", &batch.h_mix, &small.h_mix}, {"h_pre", &batch.h_pre, &small.h_pre}})
+          EXPECT_EQ(token_bits(*alone, count, 0, count), token_bits(*in_batch, T, t0, count)) << name;
+      }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(N4_D1100, DecodeInvariance,
+                         ::testing::Values(DecodeCase{DType::bf16, "bf16"}, DecodeCase{DType::fp16, "fp16"},
+                                           DecodeCase{DType::fp32, "fp32"}),
+                         [](const ::testing::TestParamInfo<DecodeCase>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace mhc_test
