@@ -30,10 +30,7 @@ ShapeOption TokenSpace::shape(std::initializer_list<const char*> names, std::vec
   else { dims_v = {dims.T}; all = {"T"}; }
   dims_v.insert(dims_v.end(), inner.begin(), inner.end());
   all.insert(all.end(), names.begin(), names.end());
-  std::string lbl = "[";
-  for (size_t i = 0; i < all.size(); ++i) lbl += (i ? "," : "") + std::string(all[i]);
-  lbl += "]=" + dims_string(dims_v.data(), int(dims_v.size()));
-  return {dims_v, lbl};
+  return {std::move(dims_v), std::move(all)};
 }
 
 Status check_x(const char* name, const TensorView& x, TokenSpace* space) {
@@ -92,7 +89,7 @@ Status check_phi_alpha(const char* phi_name, const TensorView& phi, const char* 
   const std::string why = d->head              ? " (phi has F=N rows: the head, the pre branch only)"
                           : d->two_entry_alpha ? " (phi has F=2N rows: no residual branch)"
                                                : " (phi has F=2N+R rows, R=" + std::to_string(d->R) + ")";
-  return check_shape(alpha_name, alpha, {{{entries}, "[" + std::to_string(entries) + "]" + why}},
+  return check_shape(alpha_name, alpha, {{{entries}, {}, "[" + std::to_string(entries) + "]" + why}},
                                nullptr);
 }
 
@@ -125,7 +122,7 @@ std::vector<ShapeOption> residual_shapes(const TokenSpace& s) {
 }
 
 Status check_gamma(const char* name, const TensorView& gamma, const core::Dims& d) {
-  return check_fp32(name, gamma, {{{d.N, d.D}, label({"N", "D"}, {d.N, d.D})}});
+  return check_fp32(name, gamma, {{{d.N, d.D}, {"N", "D"}}});
 }
 
 Status check_eps(const char* name, double value) {

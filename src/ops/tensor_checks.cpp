@@ -2,25 +2,29 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <sstream>
+#include <string>
 
 #include "core/dtype.hpp"
 
 namespace mhc::ops {
 
+// Without a stream: validation builds the expected shapes' labels on every call,
+// and a stream's locale set-up cost a decode step microseconds (mhc-bench, decode).
 std::string dims_string(const int64_t* dims, int rank) {
-  std::ostringstream os;
-  os << '[';
-  for (int i = 0; i < rank; ++i) os << (i ? "," : "") << dims[i];
-  os << ']';
-  return os.str();
+  std::string s = "[";
+  for (int i = 0; i < rank; ++i) {
+    if (i) s += ',';
+    s += std::to_string(dims[i]);
+  }
+  return s + ']';
 }
 
 std::string view_shape_string(const TensorView& v) {
   return dims_string(v.shape.data(), std::clamp(v.rank, 0, kMaxRank));
 }
 
-std::string label(std::initializer_list<const char*> names, const std::vector<int64_t>& dims) {
+std::string ShapeOption::label() const {
+  if (names.empty()) return text;
   std::string s = "[";
   bool first = true;
   for (const char* n : names) { s += first ? "" : ","; s += n; first = false; }
@@ -102,7 +106,7 @@ Status check_shape(const char* name, const TensorView& v, const std::vector<Shap
     }
   }
   std::string expected;
-  for (size_t i = 0; i < options.size(); ++i) expected += (i ? " or " : "") + options[i].label;
+  for (size_t i = 0; i < options.size(); ++i) expected += (i ? " or " : "") + options[i].label();
   return shape_error(name, expected, v);
 }
 

@@ -21,13 +21,15 @@ Status shape_error(const char* name, const std::string& expected, const TensorVi
 Status layout_error(const char* name, const std::string& what);
 Status value_error(const char* name, const std::string& what);
 
-// A shape the tensor may take: its dims and how to print them, e.g. "[T,N,N]=[1024,4,4]".
+// A shape the tensor may take: its dims and their names. A message prints it as
+// "[T,N,N]=[1024,4,4]" (label()); the text is built only for a message, since
+// every call checks its tensors against such shapes.
 struct ShapeOption {
   std::vector<int64_t> dims;
-  std::string label;
+  std::vector<const char*> names;
+  std::string text;  // the label as given, when there are no names
+  std::string label() const;
 };
-// Label of dims with their names, e.g. label({"B","S","D"}, {2,3,64}) -> "[B,S,D]=[2,3,64]".
-std::string label(std::initializer_list<const char*> names, const std::vector<int64_t>& dims);
 
 // Rank, non-negative strides, null data, alignment and offset overflow; then the
 // dtype and the shape (which must equal one of `options`; returns its index).

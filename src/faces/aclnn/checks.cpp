@@ -69,14 +69,18 @@ std::string format_text(int32_t format) {
 
 }  // namespace
 
-Shape named_shape(std::vector<const char*> names, std::vector<int64_t> dims, const std::string& note) {
+Shape named_shape(std::vector<const char*> names, std::vector<int64_t> dims, const char* note) {
+  return {std::move(dims), std::move(names), note};
+}
+
+std::string Shape::label() const {
+  if (names.empty()) return text.empty() ? std::string(note) : text;
   std::string label = "[";
   for (size_t i = 0; i < names.size(); ++i) {
     if (i) label += ',';
     label += names[i];
   }
-  label += "]=" + dims_text(dims) + note;
-  return {std::move(dims), label};
+  return label + "]=" + dims_text(dims) + note;
 }
 
 const char* private_format_name(int32_t format) {
@@ -213,7 +217,7 @@ aclnnStatus Checks::shape(const TensorArg& arg, const std::vector<Shape>& shapes
   for (const Shape& s : shapes) {
     if (s.dims == t.dims) return ACLNN_SUCCESS;
     if (!expected.empty()) expected += " or ";
-    expected += s.label;
+    expected += s.label();
   }
   return fail(ACLNN_ERR_PARAM_INVALID, std::string(arg.name) + ": expected " + expected + ", got " + dims_text(t.dims));
 }

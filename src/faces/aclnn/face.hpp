@@ -145,13 +145,18 @@ TensorView without_last_dim(const TensorView& view);
   } while (0)
 
 // --- the first phase's checks (SPEC §7, in the order the operators call them) ---
-// A shape a tensor may take, and how a message prints it: "[T,D]=[5,8]".
+// A shape a tensor may take, and how a message prints it (label()): "[T,D]=[5,8]"
+// then `note`, or the note alone without names. The text is built only for a
+// message: every call checks its tensors against such shapes.
 struct Shape {
   std::vector<int64_t> dims;
-  std::string label;
+  std::vector<const char*> names;
+  const char* note = "";
+  std::string text;  // without names: the label as given, else the note
+  std::string label() const;
 };
-// named_shape({"N","D"}, {4,8}) is "[N,D]=[4,8]" (then `note`).
-Shape named_shape(std::vector<const char*> names, std::vector<int64_t> dims, const std::string& note = "");
+// named_shape({"N","D"}, {4,8}) prints "[N,D]=[4,8]" (then `note`).
+Shape named_shape(std::vector<const char*> names, std::vector<int64_t> dims, const char* note = "");
 
 // What x says of the per-token tensors: the token dims ([B,S] or [T]), N, D
 // and K = N*D (saturated, as 2N: only compared with dims).

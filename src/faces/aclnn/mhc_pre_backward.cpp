@@ -78,7 +78,7 @@ aclnnStatus check_backward(const Checks& c, const BackwardArgs& a, bool* with_re
   ACLNN_RETURN_IF_ERROR(c.info(a.phi, &phi));
   const int64_t F = phi.dims[0], R = F - t.two_n;  // F >= 2N: it is one of phi_shapes
   const int64_t entries = R == 0 ? 2 : 3;
-  const Shape alpha_shape = {{entries}, R == 0 ? "[2] (phi has F=2N rows)" : "[3] (phi has F=2N+R rows)"};
+  const Shape alpha_shape = {{entries}, {}, R == 0 ? "[2] (phi has F=2N rows)" : "[3] (phi has F=2N+R rows)"};
   ACLNN_RETURN_IF_ERROR(c.shape(a.alpha, {alpha_shape}));
   ACLNN_RETURN_IF_ERROR(c.shape(a.grad_h_in, {t.per_token({"D"}, {t.D})}));
   ACLNN_RETURN_IF_ERROR(c.shape(a.grad_h_post, {t.per_token({"N"}, {t.N})}));

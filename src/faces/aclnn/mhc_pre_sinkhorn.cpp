@@ -64,7 +64,7 @@ aclnnStatus check_forward(const Checks& c, const PreSinkhornArgs& a, bool* empty
   const int64_t F = NN > INT64_MAX - t.two_n ? INT64_MAX : NN + t.two_n;  // saturated, as TokenDims' sizes
   ACLNN_RETURN_IF_ERROR(c.shape(a.h_in, {t.per_token({"D"}, {t.D})}));
   ACLNN_RETURN_IF_ERROR(c.shape(a.phi, {named_shape({"F", "K"}, {F, t.K}, " (F=2N+N*N, K=N*D)")}));
-  ACLNN_RETURN_IF_ERROR(c.shape(a.alpha, {Shape{{3}, "[3]"}}));
+  ACLNN_RETURN_IF_ERROR(c.shape(a.alpha, {Shape{{3}, {}, "[3]"}}));
   ACLNN_RETURN_IF_ERROR(c.shape(a.bias, {named_shape({"F"}, {F}, " (F=2N+N*N)")}));
   ACLNN_RETURN_IF_ERROR(c.shape(a.h_post, {t.per_token({"N"}, {t.N})}));
   ACLNN_RETURN_IF_ERROR(c.shape(a.h_res, residual_shapes(t, NN)));

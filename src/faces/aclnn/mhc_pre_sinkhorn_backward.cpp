@@ -77,7 +77,7 @@ aclnnStatus check_backward(const Checks& c, const PreSinkhornBackwardArgs& a, bo
   const int64_t NN = element_count({t.N, t.N});
   const int64_t F = NN > INT64_MAX - t.two_n ? INT64_MAX : NN + t.two_n;  // saturated, as TokenDims' sizes
   const Shape phi = named_shape({"F", "K"}, {F, t.K}, " (F=2N+N*N, K=N*D)");
-  const Shape fusion = named_shape({"F"}, {F}, " (F=2N+N*N)"), alpha = Shape{{3}, "[3]"};
+  const Shape fusion = named_shape({"F"}, {F}, " (F=2N+N*N)"), alpha = Shape{{3}, {}, "[3]"};
   ACLNN_RETURN_IF_ERROR(c.shape(a.grad_h_in, {t.per_token({"D"}, {t.D})}));
   ACLNN_RETURN_IF_ERROR(c.shape(a.phi, {phi}));
   ACLNN_RETURN_IF_ERROR(c.shape(a.grad_h_post, {t.per_token({"N"}, {t.N})}));

@@ -61,7 +61,7 @@ aclnnStatus check_forward(const Checks& c, const SinkhornArgs& a, bool* caches) 
 
   TensorInfo x;
   ACLNN_RETURN_IF_ERROR(c.info(a.x, &x));
-  ACLNN_RETURN_IF_ERROR(c.shape(a.output, {{x.dims, dims_text(x.dims) + " (x's shape)"}}));
+  ACLNN_RETURN_IF_ERROR(c.shape(a.output, {{x.dims, {}, "", dims_text(x.dims) + " (x's shape)"}}));
   ACLNN_RETURN_IF_ERROR(c.num_iters(a.num_iters));
   ACLNN_RETURN_IF_ERROR(c.rank(a.x, {3, 4}));
   const TokenDims t = token_dims(x.dims);  // N is the last dim, D the one before it

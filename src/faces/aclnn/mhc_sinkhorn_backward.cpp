@@ -34,7 +34,7 @@ aclnnStatus check_backward(const Checks& c, const SinkhornBackwardArgs& a, bool*
 
   TensorInfo g;
   ACLNN_RETURN_IF_ERROR(c.info(a.grad_output, &g));
-  ACLNN_RETURN_IF_ERROR(c.shape(a.out, {{g.dims, dims_text(g.dims) + " (gradOutput's shape)"}}));
+  ACLNN_RETURN_IF_ERROR(c.shape(a.out, {{g.dims, {}, "", dims_text(g.dims) + " (gradOutput's shape)"}}));
   ACLNN_RETURN_IF_ERROR(c.rank(a.grad_output, {3, 4}));
   const TokenDims t = token_dims(g.dims);
   ACLNN_RETURN_IF_ERROR(c.shape(a.grad_output, {t.per_token({"N", "N"}, {t.D, t.D})}));

@@ -77,34 +77,35 @@ bool tensor_info(const aclTensor* tensor, TensorInfo* info) {
 }
 
 aclnnStatus to_view(const char* op, const TensorArg& arg, TensorView* view) {
-  const std::string where = std::string(op) + ": " + arg.name;
+  // The message's prefix, built only for a message (every call converts every tensor).
+  const auto where = [&] { return std::string(op) + ": " + arg.name; };
   std::shared_ptr<Tensor> t = tensors().find(handle_id(arg.tensor));
-  if (!t) return fail(ACLNN_ERR_PARAM_INVALID, where + ": not a live aclTensor (destroyed or never created)");
+  if (!t) return fail(ACLNN_ERR_PARAM_INVALID, where() + ": not a live aclTensor (destroyed or never created)");
   DType dtype;
   if (!to_mhc_dtype(t->dtype, &dtype))
-    return fail(ACLNN_ERR_PARAM_INVALID, where + ": aclDataType " + std::to_string(int(t->dtype)) +
+    return fail(ACLNN_ERR_PARAM_INVALID, where() + ": aclDataType " + std::to_string(int(t->dtype)) +
                                              " is not supported (ACL_BF16, ACL_FLOAT16 or ACL_FLOAT)");
   if (const char* name = private_format_name(t->format))
-    return fail(ACLNN_ERR_PARAM_INVALID, where + ": private format " + name + " is not supported (use ACL_FORMAT_ND)");
+    return fail(ACLNN_ERR_PARAM_INVALID, where() + ": private format " + name + " is not supported (use ACL_FORMAT_ND)");
   if (!is_plain_format(t->format))
-    return fail(ACLNN_ERR_PARAM_INVALID, where + ": unknown aclFormat " + std::to_string(int(t->format)));
+    return fail(ACLNN_ERR_PARAM_INVALID, where() + ": unknown aclFormat " + std::to_string(int(t->format)));
   if (t->view_dims.size() > size_t(kMaxRank))
-    return fail(ACLNN_ERR_PARAM_INVALID, where + ": rank " + std::to_string(t->view_dims.size()) +
+    return fail(ACLNN_ERR_PARAM_INVALID, where() + ": rank " + std::to_string(t->view_dims.size()) +
                                              " exceeds " + std::to_string(kMaxRank));
   if (product(t->view_dims) == 0)
-    return fail(ACLNN_ERR_PARAM_INVALID, where + ": empty tensor " + dims_text(t->view_dims) + " is not supported");
+    return fail(ACLNN_ERR_PARAM_INVALID, where() + ": empty tensor " + dims_text(t->view_dims) + " is not supported");
   if (t->offset < 0)
-    return fail(ACLNN_ERR_PARAM_INVALID, where + ": negative offset " + std::to_string(t->offset));
+    return fail(ACLNN_ERR_PARAM_INVALID, where() + ": negative offset " + std::to_string(t->offset));
   if (t->has_storage && storage_elements(t->storage_dims) < 0)
-    return fail(ACLNN_ERR_PARAM_INVALID, where + ": storage dims " + dims_text(t->storage_dims) +
+    return fail(ACLNN_ERR_PARAM_INVALID, where() + ": storage dims " + dims_text(t->storage_dims) +
                                              " are negative or their element count overflows 64 bits");
   int64_t offset_bytes;  // checked even without storage dims: the pointer arithmetic must not overflow
   if (__builtin_mul_overflow(t->offset, core::element_size(dtype), &offset_bytes) ||
       (t->data != nullptr && uint64_t(offset_bytes) > UINTPTR_MAX - reinterpret_cast<uintptr_t>(t->data)))
-    return fail(ACLNN_ERR_PARAM_INVALID, where + ": offset " + std::to_string(t->offset) +
+    return fail(ACLNN_ERR_PARAM_INVALID, where() + ": offset " + std::to_string(t->offset) +
                                              " elements overflows the address space");
   if (t->has_storage && !view_inside_storage(*t))
-    return fail(ACLNN_ERR_PARAM_INVALID, where + ": view " + dims_text(t->view_dims) + " with strides " +
+    return fail(ACLNN_ERR_PARAM_INVALID, where() + ": view " + dims_text(t->view_dims) + " with strides " +
                                              dims_text(t->strides) + " and offset " + std::to_string(t->offset) +
                                              " reaches outside its storage " + dims_text(t->storage_dims));
   TensorView v;

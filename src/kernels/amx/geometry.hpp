@@ -12,7 +12,7 @@ inline constexpr int64_t kStep = 32;           // columns of k per tile step (on
 inline constexpr int64_t kStepsPerBlock = 64;  // packed phi of one block: 64 x 3 x 16 x F dwords, ~300 KiB at F = 24
 inline constexpr int kParts = 3;               // parts of phi.gamma: hi, mid, lo
 inline constexpr int kMaxFTiles = 6;           // F <= 96: the C tiles of one 16-token tile fit the 8 tiles
-inline constexpr int64_t kFewTokens = 16;      // calls of at most this many tokens skip the packing (decode)
+inline constexpr int64_t kFewTokens = 16;      // tokens per B tile of a decode call (kDecodeTokens: no packing)
 
 // Word i of the result is the high half of fp32 lane i of (lo, hi): the bf16 of column i.
 alignas(64) inline constexpr uint16_t kHighHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,

@@ -12,7 +12,7 @@
 // interleaved (VNNI) layout. Per item (at most kItemTokens tokens, half that for
 // long tokens: forward_item_tokens), the k steps run in slices (pre_forward.hpp:
 // kStepsPerBlock steps) whose packed phi stays in L2, the item's tokens in groups
-// of one or two 16-token tiles. Calls of at most kFewTokens tokens (decode) skip
+// of one or two 16-token tiles. Calls of at most kDecodeTokens tokens (decode) skip
 // the packing, swap the operands' roles and share the slices among the workers.
 // Each element of m is the same sequence of exact products and fp32 additions
 // either way: per slice from zero, step by step, parts of phi hi, mid, lo, within
@@ -32,6 +32,7 @@
 #include "kernels/amx/geometry.hpp"
 #include "kernels/amx/phi_parts.hpp"
 #include "kernels/amx/tiles.hpp"
+#include "kernels/amx/transpose.hpp"
 #include "kernels/amx/x_rows.hpp"
 #include "kernels/common/token_math.hpp"
 
@@ -224,11 +225,11 @@ void token_m_scalar(const ForwardOperands& o, int64_t t, float* m) {
 
 // ------------------------------------------------------------------ a few tokens
 
-// A call of at most kFewTokens tokens (decode) takes the same products with the
+// A call of at most kDecodeTokens tokens (decode) takes the same products with the
 // operands' roles swapped: A = phi.gamma in parts (16 rows of phi, split step by
 // step into L1), B = x (pairs of columns, one column per token), C = 16 rows of
-// phi x the tokens. Packing phi for B tiles once per call would cost a decode
-// step several times its arithmetic. Every element of C is the same sequence of
+// phi x up to kFewTokens tokens (longer calls: group after group). Packing phi
+// for B tiles once per call would cost a decode step several times its arithmetic. Every element of C is the same sequence of
 // exact pair products and fp32 additions as in the packed path (per slice from
 // zero, step by step, parts of phi hi, mid, lo, within each the parts of x), so a
 // token's bits do not depend on its batch's size (the batch invariance tests
@@ -236,125 +237,157 @@ void token_m_scalar(const ForwardOperands& o, int64_t t, float* m) {
 // in shares (each part's slices then meet phi in its own core's L2, call after
 // call), and forward_tokens adds them in order.
 struct FewStaging {
-  static constexpr int64_t kAHalfwords = 2 * kMaxFTiles * kParts * 16 * kStep;
-  alignas(64) uint16_t a[kAHalfwords];              // [2][tile][part][16][32]: rows of phi.gamma, two steps
-  alignas(64) uint32_t b[2 * 2 * 16 * kFewTokens];  // [2][x part][16][kFewTokens]: pairs of x, two steps
-  alignas(64) float c[16 * kFewTokens];             // a C tile
-  alignas(64) uint16_t row[3 * kStep];              // a row of x copied, and its parts (fp16)
-  uint32_t* b_tile(int buf, int q) { return b + (buf * 2 + q) * 16 * kFewTokens; }
+  static constexpr int kGroups = int(kDecodeTokens / kFewTokens);  // most token groups of a pass
+  alignas(64) uint16_t a[2 * kMaxFTiles * kParts * 16 * kStep];  // [2][tile][part][16][32]: rows of phi.gamma, two steps
+  alignas(64) uint32_t b[2 * kGroups * 2 * 16 * kFewTokens];    // [2][group][x part][16][cols]: pairs of x, two steps
+  alignas(64) float c[16 * kFewTokens];                          // a C tile
+  alignas(64) uint16_t row[3 * kStep];                           // a row of x copied, and its parts (fp16)
+  alignas(64) float sq_block[kDecodeTokens * 16];                // the squares' current block, per token
+  uint32_t* b_tile(int buf, int group, int q) { return b + ((buf * kGroups + group) * 2 + q) * 16 * kFewTokens; }
   uint16_t* a_tile(int buf, int tile, int part) { return a + ((buf * kMaxFTiles + tile) * kParts + part) * 16 * kStep; }
 };
 
-// A row of x (64 bytes, any alignment) as 16 pairs.
-void row_pairs(const void* row, uint32_t pairs[16]) { std::memcpy(pairs, row, 64); }
-
-// Everything step s needs, into staging buffer `buf`: the tokens' pairs of x and
-// the rows of phi.gamma in parts for C tiles [tile0, tile0 + tiles). Staged a step
-// ahead of the products that read them, so the tile loads do not wait for these
-// stores to reach L1. False if phi.gamma there is not finite.
-bool stage_step(const ForwardOperands& o, const Geometry& g, const XSource& x, int64_t t0, int64_t n, int tile0,
-                int tiles, int64_t s, FewStaging& st, int buf) {
-  for (int64_t c = 0; c < n; ++c) {
-    const auto [row, stride] = x.source(t0 + c, 1, s, st.row);
-    (void)stride;
-    uint32_t parts[2][16];
+// The pairs of x of tokens [t0, t0 + n) (n <= 16) at step s as the B tiles of
+// `cols` columns (>= n, the rest zero), one per part of x: 16 rows of cols dwords;
+// the rows' squares added into sq (rows of 16) as accumulate_squares and
+// fp16_parts add them.
+__attribute__((target("avx512f,avx512bw"))) void stage_x_pairs(const Geometry& g, const XSource& x, int64_t t0,
+                                                                int64_t n, int64_t cols, int64_t s, uint16_t* row,
+                                                                uint32_t* b0, uint32_t* b1, float* sq) {
+  __m512i rows[2][16];
+  const XSource::Step at = x.step(s);
+  for (int c = 0; c < 16; ++c) {
+    rows[0][c] = rows[1][c] = _mm512_setzero_si512();
+    if (c >= n) continue;
+    const void* from = x.row(at, t0 + c, s, row);
     if (g.x_parts == 1) {
-      row_pairs(row, parts[0]);
+      rows[0][c] = _mm512_loadu_si512(from);
+      const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(rows[0][c], 16));
+      const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(rows[0][c], _mm512_set1_epi32(int(0xffff0000u))));
+      __m512 acc = _mm512_load_ps(sq + 16 * c);
+      acc = _mm512_fmadd_ps(even, even, acc);
+      acc = _mm512_fmadd_ps(odd, odd, acc);
+      _mm512_store_ps(sq + 16 * c, acc);
     } else {
-      alignas(64) float unused_sq[16] = {};
-      fp16_parts(row, st.row + kStep, st.row + 2 * kStep, unused_sq);
-      row_pairs(st.row + kStep, parts[0]);
-      row_pairs(st.row + 2 * kStep, parts[1]);
-    }
-    for (int q = 0; q < g.x_parts; ++q) {
-      uint32_t* b = st.b_tile(buf, q);
-      for (int r = 0; r < 16; ++r) b[r * n + c] = parts[q][r];
+      fp16_parts(from, row + kStep, row + 2 * kStep, sq + 16 * c);
+      rows[0][c] = _mm512_loadu_si512(row + kStep), rows[1][c] = _mm512_loadu_si512(row + 2 * kStep);
     }
   }
+  uint32_t* b[2] = {b0, b1};
+  for (int q = 0; q < g.x_parts; ++q) {
+    if (cols == 1) {  // one token: its row is the tile, a pair a row
+      _mm512_storeu_si512(b[q], rows[q][0]);
+      continue;
+    }
+    transpose16(rows[q]);
+    const __mmask16 columns = __mmask16((1u << cols) - 1);
+    for (int r = 0; r < 16; ++r) _mm512_mask_storeu_epi32(b[q] + r * cols, columns, rows[q][r]);
+  }
+}
+
+// Everything step s needs, into staging buffer `buf`: the rows of phi.gamma in
+// parts for C tiles [0, tiles), and each group's pairs of x. Staged a step ahead of
+// the products that read them, so the tile loads do not wait for these stores to
+// reach L1. False if phi.gamma there is not finite.
+bool stage_step(const ForwardOperands& o, const Geometry& g, const XSource& x, int64_t t0, int64_t n, int64_t cols,
+                int tiles, int64_t s, FewStaging& st, int buf) {
+  for (int64_t group = 0; group * kFewTokens < n; ++group)
+    stage_x_pairs(g, x, t0 + group * kFewTokens, std::min(kFewTokens, n - group * kFewTokens), cols, s, st.row,
+                  st.b_tile(buf, int(group), 0), st.b_tile(buf, int(group), 1), st.sq_block + group * kFewTokens * 16);
   bool finite = true;
-  for (int i = 0; i < tiles; ++i) finite = stage_phi_rows(o, g, tile0 + i, s, st.a_tile(buf, i, 0)) && finite;
+  for (int i = 0; i < tiles; ++i) finite = stage_phi_rows(o, g, i, s, st.a_tile(buf, i, 0)) && finite;
   return finite;
 }
 
-// One slice's m (steps [s0, s1), from zero) of tokens [t0, t0 + n) for C tiles
-// [tile0, tile0 + NC) into m (rows of m_stride); st.a's rows past F zero. Tiles:
-// C 0..NC-1, A 7 - XP, B (one per part of x) 8 - XP...7.
-template <int NC, int XP>
-bool few_tokens_gemm(const ForwardOperands& o, const Geometry& g, const XSource& x, int64_t t0, int64_t n,
-                     int tile0, int64_t s0, int64_t s1, float* m, FewStaging& st) {
-  constexpr int kA = 7 - XP, kB = 8 - XP;
-  static_assert(NC <= kA, "C tiles below A and B");
+// One slice's m (steps [s0, s1), from zero) of tokens [t0, t0 + n), n <= 16 G, in
+// groups of kFewTokens (cols columns each: n when n <= 16) into m (rows of
+// m_stride), and their squares' slice lanes into sq (rows of 16), in blocks of
+// kSquareSteps steps as the packed path sums them. Tiles: C (group j, tile i) at
+// NC j + i, A at NC G, B (one per part of x) after it; C and A tiles of g.width
+// rows (rows of phi).
+template <int NC, int XP, int G>
+bool few_tokens_pass(const ForwardOperands& o, const Geometry& g, const XSource& x, int64_t t0, int64_t n,
+                     int64_t s0, int64_t s1, float* m, float* sq, FewStaging& st) {
+  constexpr int kA = NC * G, kB = kA + 1;
+  static_assert(kB + XP <= 8, "eight tiles");
   const PreShape& d = o.shape;
+  const int64_t cols = std::min(n, kFewTokens), groups = (n + kFewTokens - 1) / kFewTokens;
   TileConfig config;
-  for (int i = 0; i < NC; ++i) config.rows[i] = 16, config.bytes_per_row[i] = uint16_t(4 * n);
-  config.rows[kA] = 16, config.bytes_per_row[kA] = 64;
-  for (int q = 0; q < XP; ++q) config.rows[kB + q] = 16, config.bytes_per_row[kB + q] = uint16_t(4 * n);
+  for (int i = 0; i < kA; ++i) config.rows[i] = uint8_t(g.width), config.bytes_per_row[i] = uint16_t(4 * cols);
+  config.rows[kA] = uint8_t(g.width), config.bytes_per_row[kA] = 64;
+  for (int q = 0; q < XP; ++q) config.rows[kB + q] = 16, config.bytes_per_row[kB + q] = uint16_t(4 * cols);
   load_config(config);
-  unroll(std::make_integer_sequence<int, NC>{}, [&](auto i) { tile_zero<decltype(i)::value>(); });
-  bool phi_finite = stage_step(o, g, x, t0, n, tile0, NC, s0, st, int(s0 & 1));
+  unroll(std::make_integer_sequence<int, kA>{}, [&](auto i) { tile_zero<decltype(i)::value>(); });
+  std::fill_n(sq, n * 16, 0.0f);
+  auto stage = [&](int64_t step) {  // a step's staging; a block of squares ends before it
+    if ((step - s0) % kSquareSteps == 0) {
+      if (step > s0) add_into(sq, st.sq_block, n * 16);
+      std::fill_n(st.sq_block, n * 16, 0.0f);
+    }
+    return stage_step(o, g, x, t0, n, cols, NC, step, st, int(step & 1));
+  };
+  bool phi_finite = stage(s0);
   for (int64_t s = s0; s < s1; ++s) {
-    if (s + 1 < s1) phi_finite = stage_step(o, g, x, t0, n, tile0, NC, s + 1, st, int((s + 1) & 1)) && phi_finite;
+    if (s + 1 < s1) phi_finite = stage(s + 1) && phi_finite;
     const int buf = int(s & 1);
-    unroll(std::make_integer_sequence<int, XP>{}, [&](auto q) {
-      tile_load<kB + decltype(q)::value>(st.b_tile(buf, decltype(q)::value), 4 * n);
-    });
-    unroll(std::make_integer_sequence<int, NC>{}, [&](auto i) {
-      constexpr int c = decltype(i)::value;
-      for (int part = 0; part < kParts; ++part) {
-        tile_load<kA>(st.a_tile(buf, c, part), 64);
-        unroll(std::make_integer_sequence<int, XP>{}, [&](auto q) { tile_dpbf16ps<c, kA, kB + decltype(q)::value>(); });
-      }
+    unroll(std::make_integer_sequence<int, G>{}, [&](auto j) {
+      constexpr int group = decltype(j)::value;
+      if (group >= groups) return;
+      unroll(std::make_integer_sequence<int, XP>{}, [&](auto q) {
+        tile_load<kB + decltype(q)::value>(st.b_tile(buf, group, decltype(q)::value), 4 * cols);
+      });
+      unroll(std::make_integer_sequence<int, NC>{}, [&](auto i) {
+        constexpr int c = group * NC + decltype(i)::value;
+        for (int part = 0; part < kParts; ++part) {
+          tile_load<kA>(st.a_tile(buf, decltype(i)::value, part), 64);
+          unroll(std::make_integer_sequence<int, XP>{}, [&](auto q) { tile_dpbf16ps<c, kA, kB + decltype(q)::value>(); });
+        }
+      });
     });
   }
-  unroll(std::make_integer_sequence<int, NC>{}, [&](auto i) {
-    constexpr int c = decltype(i)::value;
-    const int tile = tile0 + c;
-    tile_store<c>(st.c, 4 * n);
-    for (int r = 0; r < g.width && tile * g.width + r < d.F; ++r)
-      for (int64_t t = 0; t < n; ++t) m[t * g.m_stride() + tile * g.width + r] = st.c[r * n + t];
+  add_into(sq, st.sq_block, n * 16);
+  unroll(std::make_integer_sequence<int, G>{}, [&](auto j) {
+    constexpr int group = decltype(j)::value;
+    if (group >= groups) return;
+    const int64_t tokens = std::min(kFewTokens, n - group * kFewTokens);
+    unroll(std::make_integer_sequence<int, NC>{}, [&](auto i) {
+      constexpr int tile = decltype(i)::value;
+      tile_store<group * NC + tile>(st.c, 4 * cols);
+      for (int r = 0; r < g.width && tile * g.width + r < d.F; ++r)
+        for (int64_t t = 0; t < tokens; ++t)
+          m[(group * kFewTokens + t) * g.m_stride() + tile * g.width + r] = st.c[r * cols + t];
+    });
   });
   release_tiles();
   return phi_finite;
 }
 
-// Returns whether phi.gamma was finite in those tiles and steps.
-bool few_tokens(const ForwardOperands& o, const Geometry& g, const XSource& x, int64_t t0, int64_t n,
-                int tile0, int tiles, int64_t s0, int64_t s1, float* m, FewStaging& st) {
+// One slice's m of tokens [t0, t0 + n), n <= kDecodeTokens, in passes of as many
+// groups as the tiles hold. Returns whether phi.gamma was finite there.
+bool few_tokens(const ForwardOperands& o, const Geometry& g, const XSource& x, int64_t t0, int64_t n, int64_t s0,
+                int64_t s1, float* m, float* sq, FewStaging& st) {
+  auto passes = [&]<int NC, int XP>() {
+    constexpr int G = std::min<int>(FewStaging::kGroups, (7 - XP) / NC);  // NC G C tiles, an A, XP B
+    bool finite = true;
+    for (int64_t p = 0; p < n; p += G * kFewTokens)
+      finite = few_tokens_pass<NC, XP, G>(o, g, x, t0 + p, std::min<int64_t>(G * kFewTokens, n - p), s0, s1,
+                                          m + p * g.m_stride(), sq + p * 16, st) && finite;
+    return finite;
+  };
   // forward_uses_tiles admits at most 6 C tiles (bf16 x) or 5 (fp16 x, one B tile more).
   auto run = [&]<int XP>() {
-    switch (tiles) {
-      case 1: return few_tokens_gemm<1, XP>(o, g, x, t0, n, tile0, s0, s1, m, st);
-      case 2: return few_tokens_gemm<2, XP>(o, g, x, t0, n, tile0, s0, s1, m, st);
-      case 3: return few_tokens_gemm<3, XP>(o, g, x, t0, n, tile0, s0, s1, m, st);
-      case 4: return few_tokens_gemm<4, XP>(o, g, x, t0, n, tile0, s0, s1, m, st);
-      case 5: return few_tokens_gemm<5, XP>(o, g, x, t0, n, tile0, s0, s1, m, st);
+    switch (g.f_tiles) {
+      case 1: return passes.template operator()<1, XP>();
+      case 2: return passes.template operator()<2, XP>();
+      case 3: return passes.template operator()<3, XP>();
+      case 4: return passes.template operator()<4, XP>();
+      case 5: return passes.template operator()<5, XP>();
       default:
-        if constexpr (XP == 1) return few_tokens_gemm<6, 1>(o, g, x, t0, n, tile0, s0, s1, m, st);
+        if constexpr (XP == 1) return passes.template operator()<6, 1>();
         return false;
     }
   };
   return g.x_parts == 1 ? run.template operator()<1>() : run.template operator()<2>();
-}
-
-// The squares of tokens [t0, t1) as the packed path sums them: per slice, blocks of
-// kSquareSteps steps from zero, the same lanes (so a token's inv_rms does not
-// depend on the path either).
-void token_squares(const Geometry& g, const XSource& x, int64_t t0, int64_t t1, uint16_t* row_staging, float* sq) {
-  for (int64_t t = t0; t < t1; ++t)
-    for (int64_t s0 = 0; s0 < g.steps; s0 += kStepsPerBlock) {
-      const int64_t s1 = std::min(g.steps, s0 + kStepsPerBlock);
-      alignas(64) float slice[16] = {};
-      for (int64_t b0 = s0; b0 < s1; b0 += kSquareSteps) {
-        alignas(64) float block[16] = {};
-        for (int64_t s = b0; s < std::min(s1, b0 + kSquareSteps); ++s) {
-          const auto [row, stride] = x.source(t, 1, s, row_staging);
-          if (g.x_parts == 1) accumulate_squares(row, stride, 1, block);
-          else fp16_parts(row, row_staging + kStep, row_staging + 2 * kStep, block);
-        }
-        add_into(slice, block, 16);
-      }
-      add_into(sq + 16 * (t - t0), slice, 16);
-    }
 }
 
 // The worker's scratch for one item.
@@ -384,12 +417,21 @@ ItemScratch lay_out(float* base) {
   return s;
 }
 
-// The once-per-call operands: packed phi.gamma (more than kFewTokens tokens) or
-// the few tokens' m per slice (computed by the preparation's parts, a share of
-// the slices each).
+// The once-per-call operands: packed phi.gamma (more than kDecodeTokens tokens) or
+// the few tokens' m and squares' lanes per slice (computed by the preparation's
+// parts, a share of the slices each).
+struct DecodeSlices {
+  float* m;   // [slices][T][m_stride]
+  float* sq;  // [slices][T][16]
+};
+DecodeSlices decode_slices(void* prepared, const PreShape& d) {
+  float* base = static_cast<float*>(prepared);
+  return {base, base + align16(slice_count(d.K) * d.T * geometry(d).m_stride())};
+}
 int64_t prepared_floats(const PreShape& d) {
   const Geometry g = geometry(d);
-  return d.T <= kFewTokens ? align16(slice_count(d.K) * d.T * g.m_stride()) : align16(g.steps * g.step_dwords());
+  if (d.T > kDecodeTokens) return align16(g.steps * g.step_dwords());
+  return align16(slice_count(d.K) * d.T * g.m_stride()) + slice_count(d.K) * d.T * 16;
 }
 
 }  // namespace
@@ -402,6 +444,7 @@ bool forward_uses_tiles(const PreShape& d) {
 }
 
 int64_t forward_item_tokens(const PreShape& d) {
+  if (d.T <= kDecodeTokens) return 8;  // the items only finish: a few tokens each
   const int64_t item_x_bytes = kItemTokens * d.K * core::element_size(d.x_dtype);
   return item_x_bytes <= kItemXBytes ? kItemTokens : kItemTokens / 2;
 }
@@ -419,17 +462,17 @@ int64_t forward_scratch_floats(const PreShape& d) {
 bool forward_prepare(const ForwardOperands& o, void* prepared, int64_t part, int64_t parts, float* /*scratch*/) {
   const Geometry g = geometry(o.shape);
   bool finite = true;
-  if (o.shape.T <= kFewTokens) {  // this part's share of the slices, for every token
+  if (o.shape.T <= kDecodeTokens) {  // this part's share of the slices, for every token
     const int64_t slices = slice_count(o.shape.K), first = slices * part / parts, end = slices * (part + 1) / parts;
     if (end > first) {
-      FewStaging staging;  // 40 KiB on the worker's stack
+      FewStaging staging;  // 50 KiB on the worker's stack
       std::memset(staging.a, 0, sizeof staging.a);  // rows past F stay zero
       XSource x{&o, false, 0, nullptr, nullptr};
-      for (int64_t slice = first; slice < end; ++slice) {
-        float* m = static_cast<float*>(prepared) + slice * o.shape.T * g.m_stride();
-        finite = few_tokens(o, g, x, 0, o.shape.T, 0, g.f_tiles, slice * kStepsPerBlock,
-                            std::min(g.steps, (slice + 1) * kStepsPerBlock), m, staging) && finite;
-      }
+      const DecodeSlices out = decode_slices(prepared, o.shape);
+      for (int64_t slice = first; slice < end; ++slice)
+        finite = few_tokens(o, g, x, 0, o.shape.T, slice * kStepsPerBlock,
+                            std::min(g.steps, (slice + 1) * kStepsPerBlock), out.m + slice * o.shape.T * g.m_stride(),
+                            out.sq + slice * o.shape.T * 16, staging) && finite;
     }
   } else {
     finite = pack_steps(o, g, g.steps * part / parts, g.steps * (part + 1) / parts,
@@ -450,11 +493,12 @@ void forward_tokens(const ForwardItem& item, int64_t t0, int64_t t1) {
   float* m = s.acc;
   std::fill_n(m, (t1 - t0) * g.m_stride(), 0.0f);
   XSource x{&o, x_direct(o), 2 * o.x.token_stride, s.staging, s.row};
-  if (d.T <= kFewTokens) {  // m from the preparation's slices, added in order; the squares here
-    const float* slices = static_cast<const float*>(item.prepared->data);
-    for (int64_t slice = 0; slice < slice_count(d.K); ++slice)
-      add_into(m, slices + (slice * d.T + t0) * g.m_stride(), (t1 - t0) * g.m_stride());
-    token_squares(g, x, t0, t1, s.row, s.sq);
+  if (d.T <= kDecodeTokens) {  // m and the squares from the preparation's slices, added in order
+    const DecodeSlices slices = decode_slices(item.prepared->data, d);
+    for (int64_t slice = 0; slice < slice_count(d.K); ++slice) {
+      add_into(m, slices.m + (slice * d.T + t0) * g.m_stride(), (t1 - t0) * g.m_stride());
+      add_into(s.sq, slices.sq + (slice * d.T + t0) * 16, (t1 - t0) * 16);
+    }
   } else {
     gemm(g, x, static_cast<const uint32_t*>(item.prepared->data), t0, t1, m, s.sq, s.slice);
   }

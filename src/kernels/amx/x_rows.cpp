@@ -30,6 +30,13 @@ std::pair<const void*, int64_t> XSource::source(int64_t t, int64_t count, int64_
   return {tile_staging, kStep * 2};
 }
 
+XSource::Step XSource::step(int64_t s) const {
+  const PreShape& d = o->shape;
+  const int64_t k0 = s * kStep;
+  const bool row_run = k0 + kStep <= d.K && (k0 % d.D + kStep <= d.D || o->x.stream_stride == d.D);
+  return {row_run, k0 / d.D, k0 % d.D};
+}
+
 const char* XSource::direct_row(int64_t t, int64_t s) const {
   const PreShape& d = o->shape;
   const int64_t k0 = s * kStep;

@@ -23,6 +23,20 @@ struct XSource {
   // Tile row pointer and stride for tokens [t, t + count) at step s.
   std::pair<const void*, int64_t> source(int64_t t, int64_t count, int64_t s, uint16_t* tile_staging) const;
 
+  // Where every token's row of step s lies: in x, at column `column` of stream
+  // `stream`, or (in_x false) to be copied by source(). Found once per step, so
+  // each token's row costs no division.
+  struct Step {
+    bool in_x;
+    int64_t stream, column;
+  };
+  Step step(int64_t s) const;
+  // Token t's row at step s (whose Step is `at`): in x, or copied into row_copy.
+  const void* row(const Step& at, int64_t t, int64_t s, uint16_t* row_copy) const {
+    if (at.in_x) return static_cast<const char*>(o->x.data) + 2 * (o->x.at(t, at.stream) + at.column);
+    return source(t, 1, s, row_copy).first;
+  }
+
   // Token t's row at step s when the step's rows lie at token_bytes apart in x
   // itself (the other tokens' rows follow at that stride); nullptr when they must be copied.
   const char* direct_row(int64_t t, int64_t s) const;

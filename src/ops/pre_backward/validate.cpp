@@ -48,10 +48,10 @@ Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out, cons
   MHC_RETURN_IF_ERROR(check_matmul_precision(options.matmul_precision, &hf32));
 
   MHC_RETURN_IF_ERROR(check_like_x("grad_x", out.grad_x, s, x_shape));
-  MHC_RETURN_IF_ERROR(check_fp32("grad_phi", out.grad_phi, {{{d.F, d.K}, label({"F", "K"}, {d.F, d.K})}}));
+  MHC_RETURN_IF_ERROR(check_fp32("grad_phi", out.grad_phi, {{{d.F, d.K}, {"F", "K"}}}));
   const int64_t entries = d.alpha_entries();
-  MHC_RETURN_IF_ERROR(check_fp32("grad_alpha", out.grad_alpha, {{{entries}, "[" + std::to_string(entries) + "] (alpha's shape)"}}));
-  MHC_RETURN_IF_ERROR(check_fp32("grad_bias", out.grad_bias, {{{d.F}, label({"F"}, {d.F})}}));
+  MHC_RETURN_IF_ERROR(check_fp32("grad_alpha", out.grad_alpha, {{{entries}, {}, "[" + std::to_string(entries) + "] (alpha's shape)"}}));
+  MHC_RETURN_IF_ERROR(check_fp32("grad_bias", out.grad_bias, {{{d.F}, {"F"}}}));
   if (in.gamma && !out.grad_gamma)
     return null_error("grad_gamma", "required when gamma is given, got none");
   if (!in.gamma && out.grad_gamma)

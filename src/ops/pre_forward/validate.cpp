@@ -14,7 +14,7 @@ Status validate(const PreForwardInputs& in, const PreForwardOutputs& out, const 
   MHC_RETURN_IF_ERROR(check_x("x", in.x, &s));
   core::Dims& d = s.dims;
   MHC_RETURN_IF_ERROR(check_phi_alpha("phi", in.phi, "alpha", in.alpha, &d));
-  MHC_RETURN_IF_ERROR(check_fp32("bias", in.bias, {{{d.F}, label({"F"}, {d.F})}}));
+  MHC_RETURN_IF_ERROR(check_fp32("bias", in.bias, {{{d.F}, {"F"}}}));
   if (in.gamma) MHC_RETURN_IF_ERROR(check_gamma("gamma", *in.gamma, d));
   if (rules.eps_values) {
     MHC_RETURN_IF_ERROR(check_eps("norm_eps", options.norm_eps));

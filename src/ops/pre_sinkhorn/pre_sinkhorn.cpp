@@ -152,7 +152,7 @@ Status validate_backward(const PreSinkhornBackwardInputs& in, const PreSinkhornB
   MHC_RETURN_IF_ERROR(pre_backward::validate(pre_in, pre_out, options, &problem.pre, {.eps_values = rules.eps_values}));
   const core::Dims& d = problem.pre.dims;
   MHC_RETURN_IF_ERROR(three_entries(d, in.alpha));
-  MHC_RETURN_IF_ERROR(check_fp32("bias", in.bias, {{{d.F}, label({"F"}, {d.F})}}));
+  MHC_RETURN_IF_ERROR(check_fp32("bias", in.bias, {{{d.F}, {"F"}}}));
   const int token_dims = d.bsnd ? 2 : 1;
   const TensorView grad_h_res = as_matrices(in.grad_h_res, d.N, token_dims);
   const SinkhornBackwardInputs sinkhorn_in{grad_h_res, in.norm_out, in.sum_out, std::nullopt};
