@@ -28,21 +28,18 @@ void load_phi_gamma(const ForwardOperands& o, int64_t f, int64_t k0, float* out)
 }
 
 // One fp32 vector split exactly into three bf16-valued fp32 vectors: each part the
-// truncation to 8 significant bits of what the previous ones left. Inf and NaN go
-// whole into hi (NaN made quiet so truncation cannot turn it into Inf). Returns
-// the lanes that are not finite.
-__attribute__((target("avx512f,avx512bw"))) inline __mmask16 split3(__m512 v, __m512 parts[kParts]) {
+// truncation to 8 significant bits of what the previous ones left. Returns the
+// lanes that are not finite: Inf stays whole in hi, a NaN keeps its top bits
+// there; the caller redoes such sums one product at a time, so their other parts
+// are never used. (Masking them out and quieting NaNs cost a quarter of a decode
+// step's split: mhc-bench, decode.)
+__attribute__((target("avx512f,avx512bw,avx512dq"))) inline __mmask16 split3(__m512 v, __m512 parts[kParts]) {
   const __m512i top = _mm512_set1_epi32(int(0xffff0000u));
-  const __m512i bits = _mm512_castps_si512(v);
-  const __mmask16 nonfinite =
-      _mm512_cmpeq_epi32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7f800000)), _mm512_set1_epi32(0x7f800000));
-  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)),
-                                                _mm512_set1_epi32(0x7f800000));
-  __m512i hi = _mm512_and_si512(bits, top);
-  hi = _mm512_mask_or_epi32(hi, nan, hi, _mm512_set1_epi32(0x00400000));
-  const __m512 rest = _mm512_maskz_sub_ps(~nonfinite, v, _mm512_castsi512_ps(hi));
+  const __mmask16 nonfinite = _mm512_fpclass_ps_mask(v, 0x99);  // QNaN, +Inf, -Inf, SNaN
+  const __m512 hi = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), top));
+  const __m512 rest = _mm512_sub_ps(v, hi);
   const __m512 mid = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(rest), top));
-  parts[0] = _mm512_castsi512_ps(hi);
+  parts[0] = hi;
   parts[1] = mid;
   parts[2] = _mm512_sub_ps(rest, mid);  // at most 8 significant bits: exact in bf16
   return nonfinite;
@@ -50,7 +47,7 @@ __attribute__((target("avx512f,avx512bw"))) inline __mmask16 split3(__m512 v, __
 
 // 32 values of phi.gamma (lo: columns 0-15, hi: 16-31) in three bf16 parts of 32
 // columns each. Returns the lanes that are not finite.
-__attribute__((target("avx512f,avx512bw"))) inline __mmask16 split_pairs(__m512 lo, __m512 hi,
+__attribute__((target("avx512f,avx512bw,avx512dq"))) inline __mmask16 split_pairs(__m512 lo, __m512 hi,
                                                                          __m512i parts[kParts]) {
   __m512 first[kParts], second[kParts];
   const __mmask16 nonfinite = split3(lo, first) | split3(hi, second);
@@ -93,7 +90,7 @@ __attribute__((target("avx512f"))) inline void load_any_row(const ForwardOperand
 
 // Row f of phi.gamma, columns [k0, k0 + 32), in three bf16 parts of 32 columns each.
 // Returns false if one of them is not finite.
-__attribute__((target("avx512f,avx512bw"))) inline bool split_row(const ForwardOperands& o, int64_t f,
+__attribute__((target("avx512f,avx512bw,avx512dq"))) inline bool split_row(const ForwardOperands& o, int64_t f,
                                                                   int64_t k0, __m512i parts[kParts]) {
   __m512 lo, hi;
   if (unit_step(o, k0))  // the common case, inline
@@ -105,7 +102,7 @@ __attribute__((target("avx512f,avx512bw"))) inline bool split_row(const ForwardO
 
 }  // namespace
 
-__attribute__((target("avx512f,avx512bw"))) bool split_step(const float* values, uint16_t* parts) {
+__attribute__((target("avx512f,avx512bw,avx512dq"))) bool split_step(const float* values, uint16_t* parts) {
   __m512i split[kParts];
   const bool finite = split_pairs(_mm512_loadu_ps(values), _mm512_loadu_ps(values + 16), split) == 0;
   for (int part = 0; part < kParts; ++part) _mm512_storeu_si512(parts + part * kStep, split[part]);
@@ -118,7 +115,7 @@ __attribute__((target("avx512f,avx512bw"))) bool split_step(const float* values,
 // kPackSteps x 128 bytes (rows are K floats apart: short runs starve the
 // prefetcher), split and paired into `pairs`, then 16 rows at a time are
 // transposed in registers into the tiles.
-__attribute__((target("avx512f,avx512bw"))) bool pack_steps(const ForwardOperands& o, const Geometry& g,
+__attribute__((target("avx512f,avx512bw,avx512dq"))) bool pack_steps(const ForwardOperands& o, const Geometry& g,
                                                             int64_t s0, int64_t s1, uint32_t* packed) {
   bool finite = true;
   const PreShape& d = o.shape;
@@ -156,7 +153,7 @@ __attribute__((target("avx512f,avx512bw"))) bool pack_steps(const ForwardOperand
 // stay as they are: zero). A decode call splits all of phi.gamma: a unit step's
 // offsets into phi and gamma are taken once for all its rows (split_row divides
 // k0 by D for each).
-__attribute__((target("avx512f,avx512bw"))) bool stage_phi_rows(const ForwardOperands& o, const Geometry& g,
+__attribute__((target("avx512f,avx512bw,avx512dq"))) bool stage_phi_rows(const ForwardOperands& o, const Geometry& g,
                                                                 int tile, int64_t s, uint16_t* a) {
   const int64_t f0 = int64_t(tile) * g.width, k0 = s * kStep;
   const int rows = int(std::clamp<int64_t>(o.shape.F - f0, 0, g.width));
