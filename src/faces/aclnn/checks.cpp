@@ -182,15 +182,28 @@ aclnnStatus Checks::not_null(const TensorArg& arg, const char* why) const {
   return ACLNN_SUCCESS;
 }
 
-aclnnStatus Checks::info(const TensorArg& arg, TensorInfo* info) const {
-  if (!tensor_info(arg.tensor, info))
+aclnnStatus Checks::lookup(const TensorArg& arg, const TensorInfo** info) const {
+  for (const auto& [tensor, known] : seen_)
+    if (tensor == arg.tensor) return *info = &known, ACLNN_SUCCESS;
+  TensorInfo fresh;
+  if (!tensor_info(arg.tensor, &fresh))
     return fail(ACLNN_ERR_PARAM_INVALID, std::string(arg.name) + ": not a live aclTensor (destroyed or never created)");
+  seen_.emplace_back(arg.tensor, std::move(fresh));
+  *info = &seen_.back().second;
+  return ACLNN_SUCCESS;
+}
+
+aclnnStatus Checks::info(const TensorArg& arg, TensorInfo* info) const {
+  const TensorInfo* found;
+  ACLNN_RETURN_IF_ERROR(lookup(arg, &found));
+  *info = *found;
   return ACLNN_SUCCESS;
 }
 
 aclnnStatus Checks::not_empty(const TensorArg& arg) const {
-  TensorInfo t;
-  ACLNN_RETURN_IF_ERROR(info(arg, &t));
+  const TensorInfo* found;
+  ACLNN_RETURN_IF_ERROR(lookup(arg, &found));
+  const TensorInfo& t = *found;
   if (std::find(t.dims.begin(), t.dims.end(), 0) != t.dims.end())
     return fail(ACLNN_ERR_PARAM_INVALID, std::string(arg.name) + ": empty tensor " + dims_text(t.dims) +
                                              " is not supported");
@@ -198,8 +211,9 @@ aclnnStatus Checks::not_empty(const TensorArg& arg) const {
 }
 
 aclnnStatus Checks::rank(const TensorArg& arg, std::initializer_list<size_t> ranks) const {
-  TensorInfo t;
-  ACLNN_RETURN_IF_ERROR(info(arg, &t));
+  const TensorInfo* found;
+  ACLNN_RETURN_IF_ERROR(lookup(arg, &found));
+  const TensorInfo& t = *found;
   if (std::find(ranks.begin(), ranks.end(), t.dims.size()) != ranks.end()) return ACLNN_SUCCESS;
   std::string expected;
   for (size_t r : ranks) {
@@ -211,8 +225,9 @@ aclnnStatus Checks::rank(const TensorArg& arg, std::initializer_list<size_t> ran
 }
 
 aclnnStatus Checks::shape(const TensorArg& arg, const std::vector<Shape>& shapes) const {
-  TensorInfo t;
-  ACLNN_RETURN_IF_ERROR(info(arg, &t));
+  const TensorInfo* found;
+  ACLNN_RETURN_IF_ERROR(lookup(arg, &found));
+  const TensorInfo& t = *found;
   std::string expected;
   for (const Shape& s : shapes) {
     if (s.dims == t.dims) return ACLNN_SUCCESS;
@@ -223,8 +238,9 @@ aclnnStatus Checks::shape(const TensorArg& arg, const std::vector<Shape>& shapes
 }
 
 aclnnStatus Checks::x_dtype(const TensorArg& x) const {
-  TensorInfo t;
-  ACLNN_RETURN_IF_ERROR(info(x, &t));
+  const TensorInfo* found;
+  ACLNN_RETURN_IF_ERROR(lookup(x, &found));
+  const TensorInfo& t = *found;
   if (t.dtype == ACL_BF16 || t.dtype == ACL_FLOAT16) return ACLNN_SUCCESS;
   if (t.dtype == ACL_FLOAT)
     return fail(ACLNN_ERR_PARAM_INVALID,
@@ -233,8 +249,9 @@ aclnnStatus Checks::x_dtype(const TensorArg& x) const {
 }
 
 aclnnStatus Checks::dtype(const TensorArg& arg, int32_t expected, const char* why) const {
-  TensorInfo t;
-  ACLNN_RETURN_IF_ERROR(info(arg, &t));
+  const TensorInfo* found;
+  ACLNN_RETURN_IF_ERROR(lookup(arg, &found));
+  const TensorInfo& t = *found;
   if (t.dtype == expected) return ACLNN_SUCCESS;
   const std::string want = std::string(dtype_name(expected)) + why;
   if (const char* got = dtype_name(t.dtype))
@@ -244,8 +261,9 @@ aclnnStatus Checks::dtype(const TensorArg& arg, int32_t expected, const char* wh
 }
 
 aclnnStatus Checks::format(const TensorArg& arg) const {
-  TensorInfo t;
-  ACLNN_RETURN_IF_ERROR(info(arg, &t));
+  const TensorInfo* found;
+  ACLNN_RETURN_IF_ERROR(lookup(arg, &found));
+  const TensorInfo& t = *found;
   if (const char* name = private_format_name(t.format))
     return fail(ACLNN_ERR_PARAM_INVALID,
                 std::string(arg.name) + ": private format " + name + " is not supported (use ACL_FORMAT_ND)");

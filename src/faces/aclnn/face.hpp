@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <initializer_list>
 #include <memory>
@@ -216,7 +217,11 @@ class Checks {
   aclnnStatus num_iters(int64_t num_iters) const;
 
  private:
+  // A tensor's descriptor, looked up in the registry once per call's checks (a
+  // lookup locks it; a decode step's checks ask a dozen times).
+  aclnnStatus lookup(const TensorArg& arg, const TensorInfo** info) const;
   const char* op_;
+  mutable std::deque<std::pair<const aclTensor*, TensorInfo>> seen_;  // stable references
 };
 
 // --- executors ---
