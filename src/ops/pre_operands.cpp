@@ -23,14 +23,13 @@ bool within_limit(int64_t a, int64_t b, int64_t* product) {
   return !__builtin_mul_overflow(a, b, product) && *product <= kMaxOperandElements;
 }
 
-ShapeOption TokenSpace::shape(std::initializer_list<const char*> names, std::vector<int64_t> inner) const {
-  std::vector<int64_t> dims_v;
-  std::vector<const char*> all;
-  if (dims.bsnd) { dims_v = {dims.B, dims.S}; all = {"B", "S"}; }
-  else { dims_v = {dims.T}; all = {"T"}; }
-  dims_v.insert(dims_v.end(), inner.begin(), inner.end());
-  all.insert(all.end(), names.begin(), names.end());
-  return {std::move(dims_v), std::move(all)};
+ShapeOption TokenSpace::shape(std::initializer_list<const char*> names, DimList inner) const {
+  ShapeOption option;
+  if (dims.bsnd) option.dims = {dims.B, dims.S}, option.names = {"B", "S"};
+  else option.dims = {dims.T}, option.names = {"T"};
+  option.dims.append(inner.begin(), inner.end());
+  option.names.append(names.begin(), names.end());
+  return option;
 }
 
 Status check_x(const char* name, const TensorView& x, TokenSpace* space) {

@@ -38,7 +38,7 @@ struct TokenSpace {
 
   int leading() const { return dims.bsnd ? 2 : 1; }
   // The per-token shape with trailing dims `inner` (named `names`), in x's layout.
-  ShapeOption shape(std::initializer_list<const char*> names, std::vector<int64_t> inner) const;
+  ShapeOption shape(std::initializer_list<const char*> names, DimList inner) const;
   core::Strided resolve(const TensorView& v) const {
     return resolve_token_tensor(v, leading(), dims.B, dims.S);
   }

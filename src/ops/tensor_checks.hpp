@@ -3,6 +3,8 @@
 // says what was expected and what was given.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -21,12 +23,41 @@ Status shape_error(const char* name, const std::string& expected, const TensorVi
 Status layout_error(const char* name, const std::string& what);
 Status value_error(const char* name, const std::string& what);
 
+// Up to kMaxRank values held in place (more are dropped: the checks' own shapes
+// have at most five dims). Every call builds such lists, so they allocate nothing.
+template <class T>
+class InlineList {
+ public:
+  InlineList() = default;
+  InlineList(std::initializer_list<T> values) { append(values.begin(), values.end()); }
+  template <class It>
+  InlineList(It first, It last) { append(first, last); }
+  InlineList(const std::vector<T>& values) { append(values.begin(), values.end()); }  // NOLINT: a list as the checks take it
+  template <class It>
+  void append(It first, It last) {
+    for (; first != last && count_ < items_.size(); ++first) items_[count_++] = *first;
+  }
+  void push_back(T value) { append(&value, &value + 1); }
+  const T* begin() const { return items_.data(); }
+  const T* end() const { return items_.data() + count_; }
+  const T* data() const { return items_.data(); }
+  size_t size() const { return count_; }
+  bool empty() const { return count_ == 0; }
+  const T& operator[](size_t i) const { return items_[i]; }
+
+ private:
+  std::array<T, kMaxRank> items_{};
+  size_t count_ = 0;
+};
+using DimList = InlineList<int64_t>;
+using NameList = InlineList<const char*>;
+
 // A shape the tensor may take: its dims and their names. A message prints it as
 // "[T,N,N]=[1024,4,4]" (label()); the text is built only for a message, since
 // every call checks its tensors against such shapes.
 struct ShapeOption {
-  std::vector<int64_t> dims;
-  std::vector<const char*> names;
+  DimList dims;
+  NameList names;
   std::string text;  // the label as given, when there are no names
   std::string label() const;
 };

@@ -6,6 +6,7 @@
 // (memory, strides, overlap, size limits) and makes the problem.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -150,14 +151,17 @@ TensorView without_last_dim(const TensorView& view);
 // then `note`, or the note alone without names. The text is built only for a
 // message: every call checks its tensors against such shapes.
 struct Shape {
-  std::vector<int64_t> dims;
-  std::vector<const char*> names;
+  ops::DimList dims;
+  ops::NameList names;
   const char* note = "";
   std::string text;  // without names: the label as given, else the note
   std::string label() const;
+  bool matches(const std::vector<int64_t>& given) const {
+    return given.size() == dims.size() && std::equal(dims.begin(), dims.end(), given.begin());
+  }
 };
 // named_shape({"N","D"}, {4,8}) prints "[N,D]=[4,8]" (then `note`).
-Shape named_shape(std::vector<const char*> names, std::vector<int64_t> dims, const char* note = "");
+Shape named_shape(ops::NameList names, ops::DimList dims, const char* note = "");
 
 // What x says of the per-token tensors: the token dims ([B,S] or [T]), N, D
 // and K = N*D (saturated, as 2N: only compared with dims).
@@ -166,7 +170,7 @@ struct TokenDims {
   std::vector<int64_t> lead;
   int64_t N = 0, D = 0, K = 0, two_n = 0;  // K and two_n saturated
   // The per-token shape with trailing dims `inner`, named `names`.
-  Shape per_token(std::initializer_list<const char*> names, std::vector<int64_t> inner) const;
+  Shape per_token(std::initializer_list<const char*> names, ops::DimList inner) const;
   // x's own shape.
   Shape x_shape() const { return per_token({"N", "D"}, {N, D}); }
 };
@@ -182,8 +186,7 @@ struct SinkhornCacheDims {
 SinkhornCacheDims sinkhorn_cache_dims(const TokenDims& t, int64_t iterations);
 // [2I, <token dims>, inner...] (names "2I", "B","S" or "T", then `names`):
 // CANN's shapes of MhcPreSinkhorn's per-step caches sumOut and normOut.
-Shape step_shape(const TokenDims& t, int64_t steps, std::initializer_list<const char*> names,
-                 std::vector<int64_t> inner);
+Shape step_shape(const TokenDims& t, int64_t steps, std::initializer_list<const char*> names, ops::DimList inner);
 // phi's shapes [F,K]: with a residual branch F = 2N+N*N or 2N+N!, without F = 2N.
 std::vector<Shape> phi_shapes(const TokenDims& t, bool with_residual, bool without_residual);
 // hRes / gradHRes: [..,N,N] (only when R = N*N) or [..,R].
