@@ -466,7 +466,8 @@ bool forward_prepare(const ForwardOperands& o, void* prepared, int64_t part, int
     const int64_t slices = slice_count(o.shape.K), first = slices * part / parts, end = slices * (part + 1) / parts;
     if (end > first) {
       FewStaging staging;  // 50 KiB on the worker's stack
-      std::memset(staging.a, 0, sizeof staging.a);  // rows past F stay zero
+      if (int64_t(g.f_tiles) * g.width > o.shape.F)  // the last tile's rows past F stay zero
+        std::memset(staging.a, 0, sizeof staging.a);
       XSource x{&o, false, 0, nullptr, nullptr};
       const DecodeSlices out = decode_slices(prepared, o.shape);
       for (int64_t slice = first; slice < end; ++slice)
