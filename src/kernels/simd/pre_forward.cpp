@@ -226,21 +226,23 @@ static void SliceSums(const ForwardOperands& o, const ForwardScratch& s, int64_t
 }
 
 // The decode path's prepared operands: per slice, [T][F][L] lane sums of m, then
-// [T][L] lane sums of v^2 and [T] scalar tails (the layout of sq_slice).
+// [T][L] lane sums of v^2 and [T] scalar tails (the layout of sq_slice), each
+// slice's squares on a vector boundary.
 struct DecodeSums {
   float* m;   // [slices][T][F][L]
-  float* sq;  // [slices][T][L + 1]
+  float* sq;  // [slices][sq_stride]
+  int64_t sq_stride;
 };
 static DecodeSums DecodeSumsOf(void* prepared, const PreShape& d) {
   const int64_t L = hn::Lanes(DF());
   float* base = static_cast<float*>(prepared);
-  return {base, base + slice_count(d.K) * d.T * d.F * L};
+  return {base, base + slice_count(d.K) * d.T * d.F * L, align16(d.T * (L + 1))};
 }
 
 int64_t ForwardPreparedBytes(const PreShape& d) {
   if (d.T == 0 || d.T > kDecodeTokens) return 0;
   const int64_t L = hn::Lanes(DF());
-  return slice_count(d.K) * d.T * (d.F * L + L + 1) * int64_t(sizeof(float));
+  return slice_count(d.K) * (d.T * d.F * L + align16(d.T * (L + 1))) * int64_t(sizeof(float));
 }
 
 // Decode items are a few tokens: the finish reads each token's slices once.
@@ -259,7 +261,7 @@ bool ForwardPrepare(const ForwardOperands& o, void* prepared, int64_t part, int6
       float* m = sums.m + slice * d.T * d.F * L;
       for (int64_t t = 0; t < d.T; ++t)
         std::copy_n(s.acc + t * rows * L, rows * L, m + (t * d.F + f0) * L);
-      if (f0 == 0) std::copy_n(s.sq_slice, d.T * (L + 1), sums.sq + slice * d.T * (L + 1));
+      if (f0 == 0) std::copy_n(s.sq_slice, d.T * (L + 1), sums.sq + slice * sums.sq_stride);
     }
   return true;
 }
@@ -283,7 +285,7 @@ static void DecodeTokens(const ForwardItem& item, int64_t t0, int64_t t1) {
     VF sq = hn::Zero(df);
     float tail = 0.0f;
     for (int64_t slice = 0; slice < slices; ++slice) {
-      const float* sq_slice = sums.sq + slice * d.T * (L + 1);
+      const float* sq_slice = sums.sq + slice * sums.sq_stride;
       sq = hn::Add(sq, hn::Load(df, sq_slice + t * L));
       tail += sq_slice[d.T * L + t];
     }
