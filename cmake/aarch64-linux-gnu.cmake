@@ -17,5 +17,8 @@ set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
 
-# -L: the target's dynamic loader and libc (libc6-dev-arm64-cross); binfmt_misc is not needed.
-set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /usr/aarch64-linux-gnu)
+# -L /: the target's loader, libc and libstdc++ from the multiarch packages (libc6:arm64,
+# which libhwy1:arm64 brings). /usr/aarch64-linux-gnu's loader (libc6-arm64-cross) with
+# the multiarch libc it then finds is a mismatched pair: pthread_create hangs.
+# binfmt_misc is not needed.
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /)
