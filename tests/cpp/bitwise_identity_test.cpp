@@ -137,12 +137,18 @@ TEST(BitwiseIdentity, EveryOutputOfEveryCaseMatchesItsPinnedHash) {
   std::ofstream recorded;
   if (record != nullptr) recorded.open(record, std::ios::trunc);
   const auto file = pinned_file();
+  // Every family this CPU runs, in this process through Options::isa; MHC_ISA naming one
+  // narrows it to that one (the per-family runs of a slow emulated CPU ask for that).
+  std::vector<mhc::Isa> families = available_families();
+  mhc::Isa named;
+  if (const char* env = std::getenv("MHC_ISA"); env != nullptr && mhc::isa_from_name(env, &named))
+    families = {named};
   std::set<std::string> run;
-  for (mhc::Isa isa : available_families()) run.insert(hash_key(isa));
+  for (mhc::Isa isa : families) run.insert(hash_key(isa));
   for (const auto& [key, hashes] : file)
     if (run.count(key) == 0)
-      std::printf("bitwise identity: %s is pinned but not run by this build and CPU: not checked\n", key.c_str());
-  for (mhc::Isa isa : available_families()) {  // all in this process, through Options::isa
+      std::printf("bitwise identity: %s is pinned but not run here: not checked\n", key.c_str());
+  for (mhc::Isa isa : families) {
     const std::string family = hash_key(isa);
     SCOPED_TRACE("kernel family " + family);
     mhc::Options options;
@@ -150,7 +156,11 @@ TEST(BitwiseIdentity, EveryOutputOfEveryCaseMatchesItsPinnedHash) {
     options.isa = isa;
     const auto found = file.find(family);
     const std::map<std::string, uint64_t> pinned = found != file.end() ? found->second : std::map<std::string, uint64_t>{};
-    if (record == nullptr) { ASSERT_EQ(pinned.size(), all.size()) << "pinned hashes of " << family << " in " << MHC_BITWISE_HASHES; }
+    if (record == nullptr && pinned.size() != all.size()) {  // the other families are still checked
+      ADD_FAILURE() << "pinned hashes of " << family << " in " << MHC_BITWISE_HASHES << ": " << pinned.size()
+                    << " for " << all.size() << " cases";
+      continue;
+    }
     for (const Case& c : all) {
       const uint64_t h = outputs_hash(c.operands, options);
       if (record != nullptr) {

@@ -1,4 +1,6 @@
 // Every target the CPU runs has its microkernel table, so no tester passes by testing nothing.
+#include <cstdlib>
+
 #include "targets.hpp"
 
 #if defined(__aarch64__)
@@ -53,6 +55,16 @@ TEST(KernelTargets, EverySimdTargetThisCpuRunsHasItsTable) {
 #else
   GTEST_SKIP() << "built without the SIMD kernels";
 #endif
+}
+
+// With neither MHC_ISA nor set_isa, calls run the registry's first entry this CPU runs;
+// MHC_EXPECT_ISA (scripts/test_arm64.sh, per emulated CPU) names the family that must be.
+TEST(Registry, DispatchChoosesTheBestFamilyThisCpuRuns) {
+  if (const char* forced = std::getenv("MHC_ISA"); forced != nullptr && *forced != '\0')
+    GTEST_SKIP() << "MHC_ISA=" << forced << " chooses the family";
+  EXPECT_STREQ(mhc::isa(), mhc::kernels::best_available().name);
+  if (const char* want = std::getenv("MHC_EXPECT_ISA"); want != nullptr && *want != '\0')
+    EXPECT_STREQ(mhc::isa(), want);
 }
 
 // A table that does not apply to every call has a base that runs the rest and
