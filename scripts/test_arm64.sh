@@ -12,14 +12,14 @@
 #     included, and the binaries whose results follow the default family (oracle agreement,
 #     strided views, determinism, edge cases, concurrency: ctest's per-MHC_ISA set) again with
 #     each family forced in turn (MHC_ISA=neon, portable, reference);
-#   - sve128, sve2: every suite with dispatch's family but LONG_CASES; the per-family binaries
-#     with the CPU's SVE families forced (sve; sve2 and sve) but LONG_CASES; the oracle
-#     agreement and strided views with neon, portable and reference forced (their code is
-#     the one the neon target runs whole);
+#   - sve128, sve2: every other suite with dispatch's family, and the per-family binaries with
+#     that family forced (sve; sve2), but LONG_CASES; on sve2 the oracle agreement and strided
+#     views with sve forced (sve128 runs sve whole); the strided views with neon, portable and
+#     reference forced (their code is the one the neon target runs whole);
 #   - sve256, sve512: the suites of wide_suites with dispatch's family (sve: the kernel
-#     testers, the bitwise pins, the Sinkhorn's suite, ...), the oracle's cases at D = 7, 100,
-#     512 and the strided views with sve forced, the strided views with neon, portable and
-#     reference forced.
+#     testers, the bitwise pins, the Sinkhorn's suite, ...), the oracle's cases at D = 100 and
+#     the strided views with sve forced, the strided views with neon, portable and reference
+#     forced.
 # The suites that loop over families themselves (bitwise identity, the layer operators, the
 # kernel testers) check every family the CPU has in the dispatch run. The aclnn examples run
 # on each CPU and are checked as ctest checks them. The two lanes of targets (neon, sve2,
@@ -113,17 +113,16 @@ suites=(tests/cpp/mhc_alpha_forms_test tests/cpp/mhc_bitwise_identity_test tests
 # As tests/cpp/CMakeLists.txt registers them once per MHC_TEST_ISAS entry.
 per_family=(tests/cpp/mhc_oracle_agreement_test tests/cpp/mhc_strided_views_test tests/cpp/mhc_determinism_test
             tests/cpp/mhc_edge_cases_test tests/cpp/mhc_concurrency_test)
-# neon, portable and reference forced on an SVE CPU: the code they run on neon; the two
-# binaries that hold every output of both operators against float64 and across layouts.
+# sve forced on the sve2 CPU (sve128 runs it whole): the two binaries that hold every output
+# of both operators against float64 and across layouts.
 per_family_short=(tests/cpp/mhc_oracle_agreement_test tests/cpp/mhc_strided_views_test)
 # sve256 and sve512 (see the top): the suites whose cases are mostly the kernels' own work;
-# with sve forced, the oracle's cases at D = 7, 100, 512 (a partial vector, a ragged end,
-# many whole vectors at each width).
+# with sve forced, the oracle's cases at D = 100 (whole vectors and a ragged end at each width).
 wide_suites=(tests/kernels/mhc_kernel_tests tests/cpp/mhc_bitwise_identity_test tests/cpp/mhc_strided_views_test
              tests/cpp/mhc_sinkhorn_test tests/cpp/mhc_alpha_forms_test tests/cpp/mhc_finite_difference_test
              tests/cpp/mhc_validation_test tests/cpp/mhc_dtype_conversion_test tests/aclnn/mhc_aclnn_tests
              tests/aclnn/mhc_aclnn_layer_tests)
-WIDE_ORACLE="KernelSelection.*:*_D7_*:*_D100_*:*_D512_*"
+WIDE_ORACLE="KernelSelection.*:*_D100_*"
 # Never under qemu-user (see the top).
 QEMU_EXCLUDED="EdgeSizes.WorkspaceBeyondMemory*:EdgeSizes.PortablePlanWithAbsurdThreadCount*"
 # The long cases (see the top): 65 s and 19 s on neon under qemu, the rest of their suites
@@ -216,8 +215,11 @@ run_target() {
     case $target in sve256|sve512) wide=1 ;; esac
     if [ "$target" = neon ]; then  # the full suites once, with the long cases
       for binary in "${suites[@]}"; do run_suite "$target" dispatch "$binary" "-$QEMU_EXCLUDED"; done
-    elif [ "$wide" -eq 0 ]; then
-      for binary in "${suites[@]}"; do run_suite "$target" dispatch "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"; done
+    elif [ "$wide" -eq 0 ]; then  # the per-family binaries run next with this family forced
+      for binary in "${suites[@]}"; do
+        [[ " ${per_family[*]} " == *" $binary "* ]] && continue
+        run_suite "$target" dispatch "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"
+      done
     else
       for binary in "${wide_suites[@]}"; do run_suite "$target" dispatch "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"; done
     fi
@@ -225,11 +227,11 @@ run_target() {
       if [ "$wide" -eq 1 ] && [ "$family" = sve ]; then
         run_suite "$target" sve tests/cpp/mhc_oracle_agreement_test "$WIDE_ORACLE-$QEMU_EXCLUDED"
         run_suite "$target" sve tests/cpp/mhc_strided_views_test "-$QEMU_EXCLUDED"
-      elif [ "$target" = neon ] || [ "$family" = sve ] || [ "$family" = sve2 ]; then  # the CPU's own
+      elif [ "$target" = neon ] || [ "$family" = "${dispatch[$target]}" ]; then  # the CPU's best
         for binary in "${per_family[@]}"; do run_suite "$target" "$family" "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"; done
-      elif [ "$wide" -eq 1 ]; then  # neon, portable, reference: the code the neon target runs whole
+      elif [ "$family" != sve ]; then  # neon, portable, reference: the code the neon target runs whole
         run_suite "$target" "$family" tests/cpp/mhc_strided_views_test "-$QEMU_EXCLUDED"
-      else  # neon, portable, reference on an SVE CPU: the same code as on neon; a smaller set
+      else  # sve on the sve2 CPU: the code sve128 runs whole; a smaller set
         for binary in "${per_family_short[@]}"; do
           run_suite "$target" "$family" "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"
         done
