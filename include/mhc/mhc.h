@@ -55,10 +55,13 @@ typedef struct mhc_tensor {
   int64_t strides[MHC_MAX_RANK]; /* in elements */
 } mhc_tensor;
 
-/* Kernel families, best first. MHC_ISA_DEFAULT: the process default (mhc_set_isa, else MHC_ISA, else the best this CPU runs). */
+/* Kernel families. MHC_ISA_DEFAULT: the process default (mhc_set_isa, else MHC_ISA, else the best this CPU runs).
+   Best first: on x86-64 AMX, AVX512, AVX2; on aarch64 SVE2, SVE, NEON; then PORTABLE, REFERENCE (the
+   Arm families came later, so their values follow). */
 typedef enum mhc_isa_id {
   MHC_ISA_DEFAULT = 0, MHC_ISA_AMX = 1, MHC_ISA_AVX512 = 2, MHC_ISA_AVX2 = 3,
-  MHC_ISA_PORTABLE = 4, MHC_ISA_REFERENCE = 5
+  MHC_ISA_PORTABLE = 4, MHC_ISA_REFERENCE = 5,
+  MHC_ISA_SVE2 = 6, MHC_ISA_SVE = 7, MHC_ISA_NEON = 8
 } mhc_isa_id;
 
 /* The operands of the matrix products (SPEC §7): fp32, or rounded to HF32 first
@@ -135,7 +138,8 @@ MHC_API int mhc_pre_sinkhorn_backward(const mhc_tensor *grad_h_in, const mhc_ten
 MHC_API const char *mhc_last_error(void);
 MHC_API int mhc_last_error_kind(void);
 
-/* Sets the process default kernel family by name ("amx", "avx512", "avx2", "portable", "reference");
+/* Sets the process default kernel family by name ("amx", "avx512", "avx2", "sve2", "sve", "neon", "portable",
+   "reference");
    NULL or "" goes back to MHC_ISA / the best this CPU runs. A name that is unknown, or a family this
    build or CPU cannot run: MHC_ERR_INVALID (mhc_last_error says which families are available), default unchanged. */
 MHC_API int mhc_set_isa(const char *name);

@@ -76,13 +76,17 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-// Kernel families, best first. `automatic` is the process default: set_isa(), else
-// MHC_ISA in the environment, else the best family this build and CPU run.
+// Kernel families, best first: x86-64's (amx, avx512, avx2), aarch64's (sve2, sve,
+// neon), then portable and reference. `automatic` is the process default: set_isa(),
+// else MHC_ISA in the environment, else the best family this build and CPU run.
 enum class Isa : int32_t {
   automatic = MHC_ISA_DEFAULT,
   amx = MHC_ISA_AMX,
   avx512 = MHC_ISA_AVX512,
   avx2 = MHC_ISA_AVX2,
+  sve2 = MHC_ISA_SVE2,
+  sve = MHC_ISA_SVE,
+  neon = MHC_ISA_NEON,
   portable = MHC_ISA_PORTABLE,
   reference = MHC_ISA_REFERENCE
 };
@@ -246,7 +250,7 @@ struct PreSinkhornBackwardOutputs {
 MHC_API Status pre_sinkhorn_backward(const PreSinkhornBackwardInputs& in, const PreSinkhornBackwardOutputs& out,
                                      const Options& options = {});
 
-// The process default family's name ("amx", "avx512", "avx2", "portable", "reference").
+// The process default family's name ("amx", "avx512", "avx2", "sve2", "sve", "neon", "portable", "reference").
 MHC_API const char* isa();
 // Sets the process default; Isa::automatic goes back to MHC_ISA or the best. A family
 // this build or CPU cannot run is an error (the message lists those it can); the

@@ -51,8 +51,9 @@ def get_num_threads():
 
 
 def set_isa(name=None):
-    """Sets the process default kernel family: "amx", "avx512", "avx2", "portable" or
-    "reference" (see available_isas()); None or "" goes back to MHC_ISA / the best this
+    """Sets the process default kernel family: "amx", "avx512", "avx2" (x86-64), "sve2",
+    "sve", "neon" (aarch64), "portable" or "reference" (see available_isas()); None or ""
+    goes back to MHC_ISA / the best this
     CPU runs. A family this build or CPU cannot run is a ValueError, default unchanged."""
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name: expected a str or None, got {type(name).__name__}")
@@ -71,7 +72,7 @@ def isa():
 
 def available_isas():
     """The kernel families this build and CPU run, best first."""
-    return [name for name in _lib.ISA_NAMES if _lib.lib.mhc_isa_available(name.encode()) == 1]
+    return [name for name in _lib.ISA_BEST_FIRST if _lib.lib.mhc_isa_available(name.encode()) == 1]
 
 
 def _check(name, t, expected=_X_DTYPES, optional=False):

@@ -34,14 +34,20 @@ ERROR_LAYOUT = 4
 ERROR_VALUE = 5
 ERROR_RUNTIME = 6
 
-# mhc_isa_id: the kernel families, best first (ISA_NAMES[i] is the family of id i + 1)
+# mhc_isa_id: the kernel families (ISA_NAMES[i] is the family of id i + 1; the Arm
+# families came later, so their ids follow)
 ISA_DEFAULT = 0
 ISA_AMX = 1
 ISA_AVX512 = 2
 ISA_AVX2 = 3
 ISA_PORTABLE = 4
 ISA_REFERENCE = 5
-ISA_NAMES = ("amx", "avx512", "avx2", "portable", "reference")
+ISA_SVE2 = 6
+ISA_SVE = 7
+ISA_NEON = 8
+ISA_NAMES = ("amx", "avx512", "avx2", "portable", "reference", "sve2", "sve", "neon")
+# Best first, as the registry orders them (x86-64's, then aarch64's, then the portable ones).
+ISA_BEST_FIRST = ("amx", "avx512", "avx2", "sve2", "sve", "neon", "portable", "reference")
 
 # enum mhc_matmul_precision
 MATMUL_FP32 = 0

@@ -5,9 +5,14 @@ namespace mhc::kernels {
 namespace {
 
 bool always() { return true; }
-#if defined(MHC_WITH_SIMD)
+#if defined(MHC_WITH_SIMD) && defined(__x86_64__)
 bool avx512_runs() { return simd::runs(Isa::avx512); }
 bool avx2_runs() { return simd::runs(Isa::avx2); }
+#endif
+#if defined(MHC_WITH_SIMD) && defined(__aarch64__)
+bool sve2_runs() { return simd::runs(Isa::sve2); }
+bool sve_runs() { return simd::runs(Isa::sve); }
+bool neon_runs() { return simd::runs(Isa::neon); }
 #endif
 
 // Built on first use, not at static initialisation: the tables it names live in
@@ -26,7 +31,7 @@ std::span<const Implementation> build() {
      .post = simd::post(Isa::avx512),
      .pre_forward_base = simd::pre_forward(Isa::avx512)},
 #endif
-#if defined(MHC_WITH_SIMD)
+#if defined(MHC_WITH_SIMD) && defined(__x86_64__)
     {.isa = Isa::avx512,
      .name = "avx512",
      .applies_to = "x86-64 with AVX-512 (F, BW, DQ, VL): Highway's AVX3 target",
@@ -43,6 +48,35 @@ std::span<const Implementation> build() {
      .pre_backward = simd::pre_backward(Isa::avx2),
      .sinkhorn = simd::sinkhorn(Isa::avx2),
      .post = simd::post(Isa::avx2)},
+#endif
+#if defined(MHC_WITH_SIMD) && defined(__aarch64__)
+    {.isa = Isa::sve2,
+     .name = "sve2",
+     .applies_to = "aarch64 with SVE2 and vectors of 128 to 512 bits (Neoverse N2, V2; Grace): Highway's SVE2 "
+                   "target; bits depend on the vector length",
+     .available = sve2_runs,
+     .pre_forward = simd::pre_forward(Isa::sve2),
+     .pre_backward = simd::pre_backward(Isa::sve2),
+     .sinkhorn = simd::sinkhorn(Isa::sve2),
+     .post = simd::post(Isa::sve2)},
+    {.isa = Isa::sve,
+     .name = "sve",
+     .applies_to = "aarch64 with SVE and vectors of 128 to 512 bits (A64FX, Neoverse V1; Graviton3): Highway's SVE "
+                   "target; bits depend on the vector length",
+     .available = sve_runs,
+     .pre_forward = simd::pre_forward(Isa::sve),
+     .pre_backward = simd::pre_backward(Isa::sve),
+     .sinkhorn = simd::sinkhorn(Isa::sve),
+     .post = simd::post(Isa::sve)},
+    {.isa = Isa::neon,
+     .name = "neon",
+     .applies_to = "aarch64 with Advanced SIMD and the AES instructions (Highway's NEON target requires them): 128-bit "
+                   "vectors",
+     .available = neon_runs,
+     .pre_forward = simd::pre_forward(Isa::neon),
+     .pre_backward = simd::pre_backward(Isa::neon),
+     .sinkhorn = simd::sinkhorn(Isa::neon),
+     .post = simd::post(Isa::neon)},
 #endif
     {.isa = Isa::portable,
      .name = "portable",

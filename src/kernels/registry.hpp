@@ -1,5 +1,5 @@
-// The ordered list of kernel implementations, best first: amx > avx512 > avx2 >
-// portable > reference. Each entry says what it applies to and whether this
+// The ordered list of kernel implementations, best first: on x86-64 amx > avx512 >
+// avx2, on aarch64 sve2 > sve > neon, then portable > reference everywhere. Each entry says what it applies to and whether this
 // build and CPU run it; the float64 reference is an ordinary entry (the
 // executable SPEC). The operator drivers take the kernels of the entry a call
 // selects (ops/isa.hpp) and call them directly.

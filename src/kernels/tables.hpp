@@ -21,7 +21,7 @@ extern const SinkhornKernels kSinkhorn;  // SPEC's fp32 steps, one token at a ti
 extern const PostKernels kPost;
 }  // namespace reference
 namespace simd {
-const PreForwardKernels* pre_forward(Isa isa);    // avx512 or avx2
+const PreForwardKernels* pre_forward(Isa isa);    // avx512, avx2, sve2, sve or neon
 const PreBackwardKernels* pre_backward(Isa isa);
 const SinkhornKernels* sinkhorn(Isa isa);
 const PostKernels* post(Isa isa);

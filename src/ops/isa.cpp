@@ -8,7 +8,8 @@
 namespace mhc::ops {
 namespace {
 
-constexpr Isa kNamed[] = {Isa::amx, Isa::avx512, Isa::avx2, Isa::portable, Isa::reference};
+constexpr Isa kNamed[] = {Isa::amx,  Isa::avx512, Isa::avx2,     Isa::sve2,
+                          Isa::sve, Isa::neon,   Isa::portable, Isa::reference};
 
 std::string available_list() {
   std::string out;
@@ -25,8 +26,7 @@ Status unavailable(const std::string& who, const std::string& name) {  // name: 
 
 // A family's name, or the number a caller gave that names none.
 std::string label(Isa isa) {
-  const int value = int(isa);
-  if (value < int(Isa::automatic) || value > int(Isa::reference)) return "value " + std::to_string(value);
+  if (std::string(name_of(isa)) == "unknown") return "value " + std::to_string(int(isa));
   return name_of(isa);
 }
 
@@ -68,6 +68,9 @@ const char* name_of(Isa isa) {
     case Isa::amx: return "amx";
     case Isa::avx512: return "avx512";
     case Isa::avx2: return "avx2";
+    case Isa::sve2: return "sve2";
+    case Isa::sve: return "sve";
+    case Isa::neon: return "neon";
     case Isa::portable: return "portable";
     case Isa::reference: return "reference";
   }

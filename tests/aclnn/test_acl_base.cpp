@@ -62,6 +62,13 @@ uint16_t reference_half(float f) {
 
 bool is_half_nan(uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0; }
 
+// The compiler's half type: _Float16, or on aarch64 __fp16 (GCC 12 has no C++ _Float16 there).
+#if defined(__aarch64__)
+#define MHC_TEST_COMPILER_HALF __fp16
+#elif defined(__FLT16_MANT_DIG__)
+#define MHC_TEST_COMPILER_HALF _Float16
+#endif
+
 // Both references agree with the conversion of f (NaN: NaN, sign kept).
 void expect_converts(float f) {
   const uint16_t got = aclFloatToFloat16(f);
@@ -71,11 +78,11 @@ void expect_converts(float f) {
     return;
   }
   ASSERT_EQ(got, reference_half(f)) << std::hex << "float bits " << bits(f) << " (" << f << ")";
-#ifdef __FLT16_MANT_DIG__
-  const _Float16 h = static_cast<_Float16>(f);
+#ifdef MHC_TEST_COMPILER_HALF
+  const MHC_TEST_COMPILER_HALF h = static_cast<MHC_TEST_COMPILER_HALF>(f);
   uint16_t hb;
   std::memcpy(&hb, &h, 2);
-  ASSERT_EQ(got, hb) << std::hex << "float bits " << bits(f) << " (_Float16)";
+  ASSERT_EQ(got, hb) << std::hex << "float bits " << bits(f) << " (the compiler's half)";
 #endif
 }
 

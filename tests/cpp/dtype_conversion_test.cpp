@@ -137,15 +137,23 @@ TEST(Bf16, EveryTieRoundsToEvenAndItsNeighboursToNearest) {
   }
 }
 
+// The compiler's half type: libgcc's soft-float conversion on x86-64, the FCVT
+// instruction on aarch64 (whose GCC 12 has no _Float16 in C++, only __fp16).
+#if defined(__aarch64__) && !defined(__clang__)
+#define MHC_TEST_COMPILER_HALF __fp16
+#elif defined(__FLT16_MAX__) && !defined(__clang__)
+#define MHC_TEST_COMPILER_HALF _Float16
+#endif
+
 // A sweep of all fp32 bit patterns (every 4099th, all exponents and signs, NaNs included).
 TEST(Fp16AndBf16, SweepOfAllFloatBitPatterns) {
   for (uint64_t u = 0; u <= 0xffffffffull; u += 4099) {
     const float f = bits_float(uint32_t(u));
     ASSERT_TRUE(converts_fp16(f));
     ASSERT_TRUE(converts_bf16(f));
-#if defined(__FLT16_MAX__) && !defined(__clang__)
-    if (!std::isnan(f)) {  // the compiler's own (libgcc soft-float) conversion agrees
-      const _Float16 h = static_cast<_Float16>(f);
+#if defined(MHC_TEST_COMPILER_HALF)
+    if (!std::isnan(f)) {  // the compiler's own conversion agrees
+      const MHC_TEST_COMPILER_HALF h = static_cast<MHC_TEST_COMPILER_HALF>(f);
       uint16_t hb;
       std::memcpy(&hb, &h, 2);
       ASSERT_EQ(float_to_fp16(f), hb) << std::hexfloat << f;

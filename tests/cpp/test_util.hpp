@@ -17,6 +17,7 @@
 #include "core/dtype.hpp"
 #include "common/rng.hpp"
 #include "kernels/reference/reference.hpp"
+#include "kernels/registry.hpp"
 #include "mhc/mhc.h"
 #include "mhc/mhc.hpp"
 
@@ -38,10 +39,17 @@ inline ::testing::Environment* const kRequestedFamilyEnvironment =
 
 inline bool reference_selected() { return std::string(mhc::isa()) == "reference"; }
 
+// Every family this build has (the registry's order: best first).
+inline std::vector<mhc::Isa> built_families() {
+  std::vector<mhc::Isa> out;
+  for (const mhc::kernels::Implementation& impl : mhc::kernels::implementations()) out.push_back(impl.isa);
+  return out;
+}
+
 // Every family this build and CPU run, best first.
 inline std::vector<mhc::Isa> available_families() {
   std::vector<mhc::Isa> out;
-  for (mhc::Isa isa : {mhc::Isa::amx, mhc::Isa::avx512, mhc::Isa::avx2, mhc::Isa::portable, mhc::Isa::reference})
+  for (mhc::Isa isa : built_families())
     if (mhc::isa_available(isa)) out.push_back(isa);
   return out;
 }

@@ -31,7 +31,7 @@ std::vector<Table> tables() {
   for (const mhc::kernels::Implementation& impl : mhc::kernels::implementations())
     if (impl.available() && impl.post != nullptr) out.push_back({std::string("entry ") + impl.name, impl.post});
 #if defined(MHC_WITH_SIMD)
-  for (mhc::Isa isa : {mhc::Isa::avx512, mhc::Isa::avx2})
+  for (mhc::Isa isa : kSimdFamilies)
     if (mhc::kernels::simd::runs(isa) && mhc::kernels::simd::post(isa) != nullptr)
       out.push_back({std::string("simd ") + mhc::isa_name(isa), mhc::kernels::simd::post(isa)});
 #endif

@@ -28,13 +28,13 @@ struct Table {
 };
 
 // Every table to hold against the reference: the registry's entries this CPU runs
-// (amx, avx512, avx2, portable, reference) and the SIMD targets' own tables.
+// (amx, avx512, avx2 or sve2, sve, neon; portable, reference) and the SIMD targets' own tables.
 std::vector<Table> tables() {
   std::vector<Table> out;
   for (const mhc::kernels::Implementation& impl : mhc::kernels::implementations())
     if (impl.available() && impl.sinkhorn != nullptr) out.push_back({std::string("entry ") + impl.name, impl.sinkhorn});
 #if defined(MHC_WITH_SIMD)
-  for (mhc::Isa isa : {mhc::Isa::avx512, mhc::Isa::avx2})
+  for (mhc::Isa isa : kSimdFamilies)
     if (mhc::kernels::simd::runs(isa) && mhc::kernels::simd::sinkhorn(isa) != nullptr)
       out.push_back({std::string("simd ") + mhc::isa_name(isa), mhc::kernels::simd::sinkhorn(isa)});
 #endif

@@ -20,6 +20,10 @@ namespace mhc_kernel_test {
 using mhc::DType;
 using mhc::kernels::simd::Microkernels;
 
+// Every SIMD family of any architecture, best first (those this build lacks have no tables).
+inline constexpr mhc::Isa kSimdFamilies[] = {mhc::Isa::avx512, mhc::Isa::avx2, mhc::Isa::sve2, mhc::Isa::sve,
+                                             mhc::Isa::neon};
+
 // The SIMD targets' tables this CPU runs, best first.
 inline std::vector<const Microkernels*> simd_targets() {
 #if defined(MHC_WITH_SIMD)

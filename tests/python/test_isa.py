@@ -5,7 +5,7 @@ import torch
 import mhc
 from conftest import BWD_NAMES, FWD_NAMES, assert_same_bits, make_inputs, run_ours
 
-FAMILIES = ("amx", "avx512", "avx2", "portable", "reference")  # best first
+FAMILIES = ("amx", "avx512", "avx2", "sve2", "sve", "neon", "portable", "reference")  # best first
 CASE = {"N": 4, "D": 100, "T": 37, "layout": "BSND", "dtype": "bf16", "gamma": True,
         "grad_x_post": True, "form": "square"}
 BF16_TOL = 2 * torch.finfo(torch.bfloat16).eps  # 2 ulps of bf16, relative

@@ -39,13 +39,13 @@ HWY_INLINE void Tile(const float* u, const float* phi, int64_t w_stride, int64_t
                      int64_t acc_stride) {
   const DF df;
   const int64_t L = hn::Lanes(df);
-  VF acc[TT][TR];
+  VecArray<TR> acc[TT];
 #pragma GCC unroll 8
   for (int t = 0; t < TT; ++t)
 #pragma GCC unroll 8
     for (int f = 0; f < TR; ++f) acc[t][f] = hn::Load(df, acc_rows + t * acc_stride + f * L);
   for (int64_t i = 0; i < vectors; ++i) {
-    VF uv[TT];
+    VecArray<TT> uv;
 #pragma GCC unroll 8
     for (int t = 0; t < TT; ++t) uv[t] = hn::Load(df, u + t * kURowFloats + i * L);
 #pragma GCC unroll 8

@@ -51,7 +51,7 @@ void StripBlockKernel(int rows, bool last, DType x_dtype, const float* G, int64_
                       float* gamma_total, const float* u_tile) {
   WithDType(x_dtype, [&]<DType T>() {
     if (last) {
-      const StripFinish finish{c, hn::LoadU(DF(), gamma), gamma_total};
+      const StripFinish finish{c, gamma, gamma_total};
       RunStripBlock<true, T>(rows, G, F, tokens, f0, phi_rows, v_tile, v_row, gu_tile, first, width, totals,
                              total_stride, finish, u_tile);
     } else {
@@ -65,9 +65,13 @@ void RoundHf32Kernel(float* values, int64_t count) { RoundHf32Row(DF(), values, 
 
 }  // namespace
 
-[[maybe_unused]] const Microkernels kMicrokernels = {
-    .target = HWY_TARGET == HWY_AVX2 ? "avx2" : HWY_TARGET == HWY_AVX3 ? "avx512" : "other",
-    .lanes = int(hn::MaxLanes(DF())),  // fixed-width targets: the lanes
+// Built on first use, where the CPU runs the target: SVE's lane count is read from
+// the CPU (a static initialiser would run SVE instructions on CPUs without them).
+[[maybe_unused]] Microkernels MakeMicrokernels() {
+  return {
+    .target = HWY_TARGET == HWY_AVX2 ? "avx2" : HWY_TARGET == HWY_AVX3 ? "avx512" : HWY_TARGET == HWY_SVE2 ? "sve2"
+              : HWY_TARGET == HWY_SVE ? "sve" : HWY_TARGET == HWY_NEON ? "neon" : "other",
+    .lanes = int(hn::Lanes(DF())),
     .tile_tokens = kTileTokens,
     .tile_rows = kTileRows,
     .u_row_floats = kURowFloats,
@@ -80,7 +84,8 @@ void RoundHf32Kernel(float* values, int64_t count) { RoundHf32Row(DF(), values, 
     .block_rows = kBlockRows,
     .token_floats = kTokenFloats,
     .strip_block = StripBlockKernel
-};
+  };
+}
 
 }  // namespace mhc::kernels::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -89,16 +94,25 @@ HWY_AFTER_NAMESPACE();
 namespace mhc::kernels::simd {
 const Microkernels* microkernels(Isa isa) {
 #if HWY_TARGETS & HWY_AVX3
-  if (isa == Isa::avx512) return &N_AVX3::kMicrokernels;
+  if (isa == Isa::avx512) { static const Microkernels table = N_AVX3::MakeMicrokernels(); return &table; }
 #endif
 #if HWY_TARGETS & HWY_AVX2
-  if (isa == Isa::avx2) return &N_AVX2::kMicrokernels;
+  if (isa == Isa::avx2) { static const Microkernels table = N_AVX2::MakeMicrokernels(); return &table; }
+#endif
+#if HWY_TARGETS & HWY_SVE2
+  if (isa == Isa::sve2) { static const Microkernels table = N_SVE2::MakeMicrokernels(); return &table; }
+#endif
+#if HWY_TARGETS & HWY_SVE
+  if (isa == Isa::sve) { static const Microkernels table = N_SVE::MakeMicrokernels(); return &table; }
+#endif
+#if HWY_TARGETS & HWY_NEON
+  if (isa == Isa::neon) { static const Microkernels table = N_NEON::MakeMicrokernels(); return &table; }
 #endif
   return nullptr;
 }
 std::vector<const Microkernels*> runnable_microkernels() {
   std::vector<const Microkernels*> out;
-  for (Isa isa : {Isa::avx512, Isa::avx2})
+  for (Isa isa : {Isa::avx512, Isa::avx2, Isa::sve2, Isa::sve, Isa::neon})
     if (runs(isa))
       if (const Microkernels* m = microkernels(isa)) out.push_back(m);
   return out;

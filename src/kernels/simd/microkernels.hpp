@@ -13,8 +13,8 @@
 namespace mhc::kernels::simd {
 
 struct Microkernels {
-  const char* target;  // "avx512", "avx2"
-  int lanes;           // fp32 lanes of a vector
+  const char* target;  // "avx512", "avx2", "sve2", "sve", "neon"
+  int lanes;           // fp32 lanes of a vector (SVE: this CPU's)
 
   // gemm_tile-inl.h: acc[t][f][lane] += u[t] . w[f] over `vectors` vectors, for
   // tokens <= tile_tokens and rows <= tile_rows; u's rows u_row_floats apart,
@@ -54,8 +54,8 @@ struct Microkernels {
                       float* gamma_total, const float* u_tile);
 };
 
-// The target's table (avx512, avx2), or nullptr when this build has none; call
-// only where runs(isa) (tables.hpp).
+// The target's table (avx512, avx2, sve2, sve, neon), or nullptr when this build
+// has none; call only where runs(isa) (tables.hpp).
 const Microkernels* microkernels(Isa isa);
 // The tables of every target this build has and this CPU runs, best first.
 std::vector<const Microkernels*> runnable_microkernels();

@@ -63,9 +63,9 @@ void ForwardFour(const PostForwardOperands& o, int64_t t0, int64_t t1, int64_t d
   for (int64_t t = t0; t < t1; ++t) {
     const float* h_post = o.h_post.at(t);
     const float* H = o.shape.has_h_res ? o.h_res.at(t) : nullptr;
-    auto columns = [&](int64_t d, int64_t valid, VF (&out)[kN]) HWY_ATTR MHC_INLINE_LAMBDA {
+    auto columns = [&](int64_t d, int64_t valid, VecArray<kN>& out) HWY_ATTR MHC_INLINE_LAMBDA {
       const VF h_out = LoadColumns<T>(df, o.h_out.data, o.h_out.at(t, 0) + d, valid, pad);
-      VF x[kN];
+      VecArray<kN> x;
       for (int i = 0; i < kN; ++i) x[i] = LoadColumns<T>(df, o.x.data, o.x.at(t, i) + d, valid, pad);
       for (int j = 0; j < kN; ++j) {
         if (H != nullptr) {
@@ -79,7 +79,7 @@ void ForwardFour(const PostForwardOperands& o, int64_t t0, int64_t t1, int64_t d
     int64_t d = d0;
     if constexpr (T == DType::bf16) {
       for (; d + 2 * L <= d1; d += 2 * L) {
-        VF first[kN], second[kN];
+        VecArray<kN> first, second;
         columns(d, L, first);
         columns(d + L, L, second);
         for (int j = 0; j < kN; ++j)
@@ -88,7 +88,7 @@ void ForwardFour(const PostForwardOperands& o, int64_t t0, int64_t t1, int64_t d
     }
     for (; d < d1; d += L) {
       const int64_t valid = std::min(L, d1 - d);
-      VF out[kN];
+      VecArray<kN> out;
       columns(d, valid, out);
       for (int j = 0; j < kN; ++j) StoreColumns<T>(df, out[j], o.out.data, o.out.at(t, j) + d, valid, stream);
     }
@@ -140,7 +140,11 @@ int64_t BackwardScratchFloats(const PostShape& s) {
   return std::max<int64_t>(18 * kQuadBlock, s.N * int64_t(hn::Lanes(DF()))) + 64;
 }
 
-#if HWY_TARGET != HWY_SCALAR  // the N = 4 backward (the registry never names the scalar target)
+// The N = 4 backward, written for 8 or 16 lanes fixed at compile time: x86's AVX2 and
+// AVX-512 (NEON has 4 lanes, SVE's are known at run time only, and the registry never
+// names the scalar target; they run BackwardTokens).
+#define MHC_POST_QUADS (HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3)
+#if MHC_POST_QUADS
 // grad_h_res and grad_h_post, N = 4, of kGroup tokens at once (independent
 // chains, so the adds' latency overlaps), from their quads of columns [0, count):
 // pairs[v] lane l is pair (i, j) = (v * L/4 + l/4, l % 4); post lanes 0..3 are j
@@ -291,7 +295,7 @@ void BackwardFour(const PostBackwardOperands& o, int64_t t0, int64_t t1, const T
   }
 }
 
-#endif  // HWY_TARGET != HWY_SCALAR
+#endif  // MHC_POST_QUADS
 
 // Any N: grad_x and grad_h_out across columns, the sums over D in the
 // reference's scalar loops (common::post_sums_over_d).
@@ -332,7 +336,7 @@ void Backward(const PostBackwardOperands& o, float* scratch, int64_t t0, int64_t
   float* base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) / 64 * 64);
   const bool stream = Streams(s, s.grad_x_dtype);
   const bool fp32 = s.grad_x_dtype == DType::fp32;
-#if HWY_TARGET != HWY_SCALAR
+#if MHC_POST_QUADS
   if (s.N == 4 && (L == 8 || L == 16)) {
     const TokenQuads quads[2] = {{base, base + 4 * kQuadBlock, base + 8 * kQuadBlock},
                                  {base + 9 * kQuadBlock, base + 13 * kQuadBlock, base + 17 * kQuadBlock}};
@@ -371,6 +375,15 @@ const PostKernels* post(Isa isa) {
 #endif
 #if HWY_TARGETS & HWY_AVX2
   if (isa == Isa::avx2) return &N_AVX2::kPost;
+#endif
+#if HWY_TARGETS & HWY_SVE2
+  if (isa == Isa::sve2) return &N_SVE2::kPost;
+#endif
+#if HWY_TARGETS & HWY_SVE
+  if (isa == Isa::sve) return &N_SVE::kPost;
+#endif
+#if HWY_TARGETS & HWY_NEON
+  if (isa == Isa::neon) return &N_NEON::kPost;
 #endif
   return nullptr;
 }

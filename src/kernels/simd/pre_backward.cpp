@@ -35,22 +35,21 @@ namespace mhc::kernels::simd::HWY_NAMESPACE {
 // hardware prefetchers follow. (With [strip][token][lane], the row phases stepped
 // 4 KiB per vector and every load missed.) A token's row in a block is padded by
 // a cache line, so that the rows of tokens a few apart do not alias in L1.
-constexpr int64_t kStripsPerBlock = kColumnsPerItem / hn::MaxLanes(DF());
 constexpr int64_t kBlockFloats = kTokensPerChunk * kTokenFloats;
 
 struct Tiles {
-  int64_t L, blocks_per_stream;
+  int64_t L, strips_per_block, blocks_per_stream;  // strips: kColumnsPerItem / L (L known at run time on SVE)
   int64_t v_row;  // elements of a token's row in the v tile (VRow)
   char* v;        // in x's dtype
   float* gu;      // gu, then y = gamma*gu + c*v
   float* u;       // HF32 calls: hf32(v * gamma), the products' operand, laid out as gu; else nullptr
   // The element offset in v, and the address in gu, of strip s (counted in stream n) of the chunk's token t.
   int64_t v_at(int64_t n, int64_t s, int64_t t) const {
-    return ((n * blocks_per_stream + s / kStripsPerBlock) * kTokensPerChunk + t) * v_row +
-           (s % kStripsPerBlock) * L;
+    return ((n * blocks_per_stream + s / strips_per_block) * kTokensPerChunk + t) * v_row +
+           (s % strips_per_block) * L;
   }
   int64_t gu_offset(int64_t n, int64_t s, int64_t t) const {
-    return (n * blocks_per_stream + s / kStripsPerBlock) * kBlockFloats + t * kTokenFloats + (s % kStripsPerBlock) * L;
+    return (n * blocks_per_stream + s / strips_per_block) * kBlockFloats + t * kTokenFloats + (s % strips_per_block) * L;
   }
   float* gu_at(int64_t n, int64_t s, int64_t t) const { return gu + gu_offset(n, s, t); }
   float* u_at(int64_t n, int64_t s, int64_t t) const { return u + gu_offset(n, s, t); }
@@ -74,7 +73,8 @@ static Tiles TilesOf(const BackwardStep& step) {
   float* base = step.chunk();
   const int64_t element_bytes = core::element_size(d.x_dtype);
   float* gu = base + VTileFloats(d, element_bytes);
-  return {int64_t(hn::Lanes(DF())), ceil_div(d.D, kColumnsPerItem), VRow(element_bytes),
+  const int64_t L = hn::Lanes(DF());
+  return {L, kColumnsPerItem / L, ceil_div(d.D, kColumnsPerItem), VRow(element_bytes),
           reinterpret_cast<char*>(base), gu, d.hf32 ? gu + GuTileFloats(d) : nullptr};
 }
 
@@ -167,8 +167,9 @@ void BackwardColumns(const BackwardStep& step, int64_t t0, int64_t t1, const Col
                                   width, phi_total + k, d.K, StripFinish{}, u_tile);
           continue;
         }
-        const VF gamma = o.gamma.present() ? LoadRow(df, o.gamma.row(item.n), DType::fp32, j, 1, width)
-                                           : hn::Set(df, 1.0f);
+        HWY_ALIGN float gamma[hn::MaxLanes(DF())];
+        hn::Store(o.gamma.present() ? LoadRow(df, o.gamma.row(item.n), DType::fp32, j, 1, width) : hn::Set(df, 1.0f),
+                  df, gamma);
         RunStripBlock<true, T>(rows, G_chunk, d.F, tokens, f0, phi_rows, v_tile, tiles.v_row, gu_tile, f0 == 0,
                                width, phi_total + k, d.K, StripFinish{c_chunk, gamma, gamma_total + k}, u_tile);
       }
@@ -266,6 +267,15 @@ const PreBackwardKernels* pre_backward(Isa isa) {
 #endif
 #if HWY_TARGETS & HWY_AVX2
   if (isa == Isa::avx2) return &N_AVX2::kPreBackward;
+#endif
+#if HWY_TARGETS & HWY_SVE2
+  if (isa == Isa::sve2) return &N_SVE2::kPreBackward;
+#endif
+#if HWY_TARGETS & HWY_SVE
+  if (isa == Isa::sve) return &N_SVE::kPreBackward;
+#endif
+#if HWY_TARGETS & HWY_NEON
+  if (isa == Isa::neon) return &N_NEON::kPreBackward;
 #endif
   return nullptr;
 }

@@ -325,6 +325,9 @@ void ForwardTokens(const ForwardItem& item, int64_t t0, int64_t t1) {
   hwy::FlushStream();  // HInRow's streaming stores, before the caller reads h_in
 }
 
+// fp32 lanes of a vector (SVE: read from the CPU; call only where it runs the target).
+int64_t FloatLanes() { return int64_t(hn::Lanes(DF())); }
+
 // (Unused on the targets the registry does not name.)
 [[maybe_unused]] const PreForwardKernels kPreForward = {.scratch_floats = ForwardScratchFloats,
                                                         .tokens = ForwardTokens,
@@ -345,11 +348,37 @@ const PreForwardKernels* pre_forward(Isa isa) {
 #if HWY_TARGETS & HWY_AVX2
   if (isa == Isa::avx2) return &N_AVX2::kPreForward;
 #endif
+#if HWY_TARGETS & HWY_SVE2
+  if (isa == Isa::sve2) return &N_SVE2::kPreForward;
+#endif
+#if HWY_TARGETS & HWY_SVE
+  if (isa == Isa::sve) return &N_SVE::kPreForward;
+#endif
+#if HWY_TARGETS & HWY_NEON
+  if (isa == Isa::neon) return &N_NEON::kPreForward;
+#endif
   return nullptr;
 }
 bool runs(Isa isa) {
-  const int64_t target = isa == Isa::avx512 ? HWY_AVX3 : isa == Isa::avx2 ? HWY_AVX2 : 0;
-  return (hwy::SupportedTargets() & HWY_TARGETS & target) != 0;
+  int64_t target = 0;
+  switch (isa) {
+    case Isa::avx512: target = HWY_AVX3; break;
+    case Isa::avx2: target = HWY_AVX2; break;
+    case Isa::sve2: target = HWY_SVE2; break;
+    case Isa::sve: target = HWY_SVE; break;
+    case Isa::neon: target = HWY_NEON; break;
+    default: return false;
+  }
+  if ((hwy::SupportedTargets() & HWY_TARGETS & target) == 0) return false;
+  // SVE's vectors are 128 to 2048 bits; the kernels are tested (and their folds and
+  // tables written) for 128, 256 and 512.
+#if HWY_TARGETS & HWY_SVE2
+  if (isa == Isa::sve2) return N_SVE2::FloatLanes() <= 16;
+#endif
+#if HWY_TARGETS & HWY_SVE
+  if (isa == Isa::sve) return N_SVE::FloatLanes() <= 16;
+#endif
+  return true;
 }
 }  // namespace mhc::kernels::simd
 #endif

@@ -1,5 +1,6 @@
-// The SIMD kernel family (Highway): the same source compiled for each x86 target
-// (AVX-512, AVX2+FMA+F16C). Each target's functions are gathered in its own
+// The SIMD kernel families (Highway): the same source compiled for each target,
+// x86's AVX-512 and AVX2+FMA+F16C, aarch64's SVE2, SVE and NEON (SVE's vector length
+// is read at run time). Each target's functions are gathered in its own
 // kernel tables; the registry names a table per target, so a forced family calls
 // that target's functions directly.
 #pragma once

@@ -219,15 +219,18 @@ HWY_INLINE void ScatterBlock(const float* rows, const TokenRows<float>& out, int
 // The forward of a block whose z is in rows [N*N][L]; store(k, P, divisors) after
 // each step k; returns with H in P. kN is N, fixed so the matrix stays in registers.
 template <int kN, class StoreSlot>
-HWY_INLINE void ForwardBlock(const SinkhornShape& s, const float* rows, VF (&P)[kN * kN], StoreSlot&& store) {
+HWY_INLINE void ForwardBlock(const SinkhornShape& s, const float* rows, VecArray<kN * kN>& P, StoreSlot&& store) {
   const DF df;
   const int64_t L = hn::Lanes(df);
   const VF eps = hn::Set(df, s.eps);
-  VF divisors[kN];
+  VecArray<kN> divisors;
   for (int e = 0; e < kN * kN; ++e) P[e] = hn::Load(df, rows + e * L);
   for (int i = 0; i < kN; ++i) {  // step 0: the row softmax
     VF top = P[i * kN];
-    for (int j = 1; j < kN; ++j) top = hn::IfThenElse(hn::Gt(P[i * kN + j], top), P[i * kN + j], top);
+    for (int j = 1; j < kN; ++j) {
+      const VF p = P[i * kN + j];
+      top = hn::IfThenElse(hn::Gt(p, top), p, top);
+    }
     VF sum = hn::Zero(df);
     for (int j = 0; j < kN; ++j) {
       P[i * kN + j] = ExpF32(df, hn::Sub(P[i * kN + j], top));
@@ -265,7 +268,7 @@ template <int kN, class Slot>
 HWY_INLINE void BackwardBlock(const SinkhornShape& s, float* rows, Slot&& slot) {
   const DF df;
   const int64_t L = hn::Lanes(df);
-  VF G[kN * kN];
+  VecArray<kN * kN> G;
   for (int e = 0; e < kN * kN; ++e) G[e] = hn::Load(df, rows + e * L);
   for (int64_t k = s.steps() - 1; k >= 0; --k) {
     const float* Y;
@@ -308,8 +311,8 @@ void ForwardTokensN(const SinkhornForwardOperands& o, float* scratch, int64_t t0
     const bool whole = kN == 4 && kBlockTranspose && count == 16;  // a whole AVX-512 block of N = 4
     const bool whole_slots = whole && (s.pitch == 4 || s.pitch == 8);
     if (whole) GatherBlock(o.z, t, b.P); else Gather(o.z, t, count, NN, b.P);
-    VF P[kN * kN];
-    ForwardBlock<kN>(s, b.P, P, [&](int64_t k, const VF(&M)[kN * kN], const VF(&divisors)[kN]) {
+    VecArray<kN * kN> P;
+    ForwardBlock<kN>(s, b.P, P, [&](int64_t k, const VecArray<kN * kN>& M, const VecArray<kN>& divisors) {
       if (!o.caches.present()) return;
       if (whole_slots) return StoreSlotBlock(o.caches, s, k, t, M, divisors);
       for (int e = 0; e < kN * kN; ++e) hn::Store(M[e], df, b.norm + e * L);
@@ -333,8 +336,8 @@ void BackwardTokensN(const SinkhornBackwardOperands& o, float* scratch, int64_t 
     const bool whole_slots = whole && (s.pitch == 4 || s.pitch == 8);
     if (!o.caches.present()) {  // this block's forward into its own caches
       if (whole) GatherBlock(o.z, t, b.P); else Gather(o.z, t, count, NN, b.P);
-      VF P[kN * kN];
-      ForwardBlock<kN>(s, b.P, P, [&](int64_t k, const VF(&M)[kN * kN], const VF(&divisors)[kN]) {
+      VecArray<kN * kN> P;
+      ForwardBlock<kN>(s, b.P, P, [&](int64_t k, const VecArray<kN * kN>& M, const VecArray<kN>& divisors) {
         for (int e = 0; e < kN * kN; ++e) hn::Store(M[e], df, b.norm + (k * NN + e) * L);
         for (int i = 0; i < kN; ++i) hn::Store(divisors[i], df, b.sum + (k * kN + i) * L);
       });
@@ -397,6 +400,15 @@ const SinkhornKernels* sinkhorn(Isa isa) {
 #endif
 #if HWY_TARGETS & HWY_AVX2
   if (isa == Isa::avx2) return &N_AVX2::kSinkhorn;
+#endif
+#if HWY_TARGETS & HWY_SVE2
+  if (isa == Isa::sve2) return &N_SVE2::kSinkhorn;
+#endif
+#if HWY_TARGETS & HWY_SVE
+  if (isa == Isa::sve) return &N_SVE::kSinkhorn;
+#endif
+#if HWY_TARGETS & HWY_NEON
+  if (isa == Isa::neon) return &N_NEON::kSinkhorn;
 #endif
   return nullptr;
 }

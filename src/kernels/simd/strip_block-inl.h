@@ -40,7 +40,7 @@ constexpr int64_t kTokenFloats = kColumnsPerItem + 16;
 // place, so that the row phase reads one tile instead of two.
 struct StripFinish {
   const float* c;      // [tokens] the chunk's c
-  VF gamma;            // the strip's gamma (ones without gamma)
+  const float* gamma;  // the strip's gamma, a vector (ones without gamma)
   float* gamma_total;  // the strip's running sums of v*gu
 };
 
@@ -55,7 +55,7 @@ HWY_INLINE void StripBlock(const float* G_chunk, int64_t F, int64_t tokens, int6
                            const float* u_tile) {
   const DF df;
   const int64_t L = hn::Lanes(df);
-  VF w[R], sums[R];
+  VecArray<R> w, sums;
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     w[r] = hn::LoadU(df, phi_rows[r]);
@@ -63,7 +63,7 @@ HWY_INLINE void StripBlock(const float* G_chunk, int64_t F, int64_t tokens, int6
   }
   VF gamma_sum = hn::Zero(df);
   const float* c = finish.c;  // locals: the stores below could alias finish
-  const VF gamma = finish.gamma;
+  const VF gamma = kLast ? hn::LoadU(df, finish.gamma) : hn::Zero(df);
   for (int64_t t = 0; t < tokens; ++t) {
     const VF v = LoadT<T>(df, v_tile, t * v_row);
     VF u = v;

@@ -27,6 +27,37 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
+// An array of kN vectors. SVE's vectors are sizeless types (no arrays, members or
+// sizeof of them), so on the scalable targets the vectors live in memory, each
+// element read and written whole through a reference object; elsewhere it is a
+// plain array of registers.
+#if HWY_HAVE_SCALABLE
+template <size_t kN>
+class VecArray {
+  static constexpr size_t kMax = hn::MaxLanes(DF());
+
+ public:
+  class Ref {
+   public:
+    explicit Ref(float* p) : p_(p) {}
+    HWY_INLINE operator VF() const { return hn::Load(DF(), p_); }
+    HWY_INLINE const Ref& operator=(VF v) const { return hn::Store(v, DF(), p_), *this; }
+    HWY_INLINE const Ref& operator=(const Ref& other) const { return *this = VF(other); }
+
+   private:
+    float* p_;
+  };
+  HWY_INLINE Ref operator[](size_t i) { return Ref(lanes_ + i * kMax); }
+  HWY_INLINE VF operator[](size_t i) const { return hn::Load(DF(), lanes_ + i * kMax); }
+
+ private:
+  HWY_ALIGN float lanes_[kN * kMax];
+};
+#else
+template <size_t kN>
+using VecArray = VF[kN];
+#endif
+
 HWY_INLINE VF LoadBF16(DF df, const uint16_t* p) {
   const hn::Rebind<uint16_t, DF> du16;
   const hn::RebindToUnsigned<DF> du32;
@@ -75,7 +106,8 @@ HWY_INLINE void StoreBF16Pair(DF df, VF v0, VF v1, uint16_t* p, bool stream) {
   const hn::Repartition<uint16_t, DF> du16;
   auto round = [&](VF v) { return hn::BitCast(du16, BF16InHighHalves(df, v)); };
   const auto packed = hn::ConcatOdd(du16, round(v1), round(v0));  // the high halves: bf16
-  if (stream && reinterpret_cast<uintptr_t>(p) % sizeof(packed) == 0) return hn::Stream(packed, du16, p);
+  if (stream && reinterpret_cast<uintptr_t>(p) % (hn::Lanes(du16) * sizeof(uint16_t)) == 0)
+    return hn::Stream(packed, du16, p);
   hn::StoreU(packed, du16, p);
 #endif
 }
@@ -156,7 +188,7 @@ template <DType T>
 HWY_INLINE void StreamT(DF df, VF v, void* base, int64_t offset) {
   if constexpr (T == DType::fp32) {
     float* p = static_cast<float*>(base) + offset;
-    if (reinterpret_cast<uintptr_t>(p) % sizeof(VF) == 0) return hn::Stream(v, df, p);
+    if (reinterpret_cast<uintptr_t>(p) % (hn::Lanes(df) * sizeof(float)) == 0) return hn::Stream(v, df, p);
     return hn::StoreU(v, df, p);
   } else {
     uint16_t* p = static_cast<uint16_t*>(base) + offset;
@@ -228,8 +260,16 @@ HWY_INLINE float FoldHalves(D d, hn::VFromD<D> v) {
 }
 
 HWY_INLINE float FoldLanes(DF df, VF v) {
+#if HWY_HAVE_SCALABLE  // the lanes are known at run time only: the same tree over the stored lanes
+  HWY_ALIGN float lanes[hn::MaxLanes(DF())];
+  hn::Store(v, df, lanes);
+  for (size_t width = hn::Lanes(df) / 2; width >= 1; width /= 2)
+    for (size_t l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  return lanes[0];
+#else
   static_assert(hn::MaxLanes(DF()) <= 16, "lane fold assumes at most 16 fp32 lanes");
   return FoldHalves(df, v);
+#endif
 }
 
 }  // namespace mhc::kernels::simd::HWY_NAMESPACE

@@ -1,0 +1,296 @@
+#!/usr/bin/env bash
+# The aarch64 check: installs what it needs with apt-get (idempotent), cross-builds the library,
+# the C++ test suites and the aclnn examples for aarch64 (cmake/aarch64-linux-gnu.cmake) into
+# build-arm64/, and runs them under qemu-user on five emulated CPUs:
+#   neon    -cpu max,sve=off       Armv8 with NEON and no SVE             dispatch: neon
+#   sve128  -cpu a64fx,sve128=on   SVE without SVE2, 128-bit vectors      dispatch: sve
+#   sve256  -cpu a64fx,sve256=on   the same, 256-bit vectors              dispatch: sve
+#   sve512  -cpu a64fx,sve512=on   the same, 512-bit vectors              dispatch: sve
+#   sve2    -cpu max,sve128=on     SVE2, 128-bit vectors (Neoverse N2/V2)  dispatch: sve2
+# What runs where (C++ GoogleTest suites of tests/cpp, tests/kernels, tests/aclnn):
+#   - neon: every suite with the family dispatch chooses (checked: MHC_EXPECT_ISA), long cases
+#     included, and the binaries whose results follow the default family (oracle agreement,
+#     strided views, determinism, edge cases, concurrency: ctest's per-MHC_ISA set) again with
+#     each family forced in turn (MHC_ISA=neon, portable, reference);
+#   - sve128, sve2: every other suite with dispatch's family, and the per-family binaries with
+#     that family forced (sve; sve2), but LONG_CASES; on sve2 the oracle agreement and strided
+#     views with sve forced (sve128 runs sve whole); the strided views with neon, portable and
+#     reference forced (their code is the one the neon target runs whole);
+#   - sve256, sve512: the suites of wide_suites with dispatch's family (sve: the kernel
+#     testers, the bitwise pins, the Sinkhorn's suite, ...) and the decode path's batch
+#     invariance for bf16 x, the oracle's cases at D = 100 and the strided views with sve
+#     forced, the strided views with neon, portable and reference forced.
+# The suites that loop over families themselves (bitwise identity, the layer operators, the
+# kernel testers) check every family the CPU has in the dispatch run. The aclnn examples run
+# on each CPU and are checked as ctest checks them. The two lanes of targets (neon, sve2,
+# sve128; sve512, sve256) run side by side.
+#
+# Left out, as qemu cannot afford or emulate them (the x86-64 run has all of it):
+#   - on sve256 and sve512, the determinism, concurrency, edge-case, post, fused-pair and HF32
+#     suites and most of the oracle's cases: qemu makes the scalar floating-point code that
+#     follows any SVE instruction 10-25 times slower once vectors exceed 128 bits, and those
+#     cases are mostly harness code; their SVE kernels are the ones sve128 runs whole at
+#     another width, and the kernel testers hold each one to its stated order at this width;
+#   - LONG_CASES everywhere but neon (one batch-invariance case at D = 4100, the post's
+#     thread-count sweep: 84 s of the neon run);
+#   - EdgeSizes.WorkspaceBeyondMemory* and EdgeSizes.PortablePlanWithAbsurdThreadCount*: they map
+#     terabytes of PROT_NONE address space, for which qemu-user allocates a descriptor per page
+#     (over 24 GB: the kernel kills it);
+#   - mhc_main_job (T = 4096, N = 4, D = 4096) is built but not run: hours under qemu.
+# Exits non-zero on any failure; the last line is "arm64: N passed, M failed (targets: ...)",
+# counting GoogleTest cases of every run and the example programs.
+#
+# bash scripts/test_arm64.sh --record-hashes first re-records the Arm families' pinned bits
+# (neon, sve/<bits>, sve2/<bits> in tests/cpp/bitwise_hashes.txt) on each CPU, keeping the
+# other families' lines, then runs the check: for a change meant to alter the kernels' bits.
+# Environment: MHC_ARM64_DIR (default build-arm64), MHC_ARM64_TARGETS (default all five).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+out=${MHC_ARM64_DIR:-$root/build-arm64}
+record=0
+[ "${1:-}" = "--record-hashes" ] && record=1
+start_all=$SECONDS
+
+# --- install (Debian 12: the cross compiler, qemu-user, the arm64 builds of the dependencies)
+sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+packages=(cmake ninja-build g++-aarch64-linux-gnu qemu-user libhwy-dev:arm64 libgtest-dev:arm64)
+if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  echo "arm64: adding the arm64 architecture to dpkg"
+  $sudo dpkg --add-architecture arm64
+  added_arch=1
+fi
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "arm64: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+    { echo "arm64: apt-get install ${missing[*]} failed"; exit 1; }
+elif [ -n "${added_arch:-}" ]; then
+  $sudo apt-get update -qq
+fi
+t_install=$((SECONDS - start_all))
+
+# --- cross build
+mkdir -p "$out"
+t0=$SECONDS
+if ! cmake -S "$root" -B "$out" -G Ninja -DCMAKE_TOOLCHAIN_FILE="$root/cmake/aarch64-linux-gnu.cmake" \
+     -DCMAKE_BUILD_TYPE=Release -DMHC_BUILD_BENCH=OFF -DMHC_PYTHON_COPY=OFF > "$out/configure.log" 2>&1; then
+  cat "$out/configure.log"; echo "arm64: 0 passed, 1 failed (targets: none: configure failed)"; exit 1
+fi
+if ! ninja -C "$out" > "$out/build.log" 2>&1; then
+  grep -E "error|FAILED" "$out/build.log" | head -40
+  echo "arm64: 0 passed, 1 failed (targets: none: build failed)"; exit 1
+fi
+t_build=$((SECONDS - t0))
+echo "== arm64: installed in ${t_install} s, built in ${t_build} s"
+
+logs="$out/logs"
+rm -rf "$logs"; mkdir -p "$logs"
+passed=0
+failed=0
+skipped=0
+failures=()
+note_fail() { failed=$((failed + 1)); failures+=("$1"); echo "!! arm64: FAILED: $1"; }
+
+declare -A cpu=([neon]="max,sve=off" [sve128]="a64fx,sve128=on" [sve256]="a64fx,sve256=on"
+                [sve512]="a64fx,sve512=on" [sve2]="max,sve128=on")
+declare -A dispatch=([neon]=neon [sve128]=sve [sve256]=sve [sve512]=sve [sve2]=sve2)
+declare -A families=([neon]="neon portable reference" [sve128]="sve neon portable reference"
+                     [sve256]="sve neon portable reference" [sve512]="sve neon portable reference"
+                     [sve2]="sve2 sve neon portable reference")
+targets=(${MHC_ARM64_TARGETS:-neon sve128 sve256 sve512 sve2})
+
+suites=(tests/cpp/mhc_alpha_forms_test tests/cpp/mhc_bitwise_identity_test tests/cpp/mhc_concurrency_test
+        tests/cpp/mhc_decode_invariance_test tests/cpp/mhc_determinism_test tests/cpp/mhc_dtype_conversion_test
+        tests/cpp/mhc_edge_cases_test
+        tests/cpp/mhc_finite_difference_test tests/cpp/mhc_hf32_test tests/cpp/mhc_oracle_agreement_test
+        tests/cpp/mhc_post_test tests/cpp/mhc_pre_sinkhorn_test tests/cpp/mhc_sinkhorn_test
+        tests/cpp/mhc_strided_views_test tests/cpp/mhc_validation_test tests/kernels/mhc_kernel_tests
+        tests/aclnn/mhc_aclnn_tests tests/aclnn/mhc_aclnn_layer_tests)
+# As tests/cpp/CMakeLists.txt registers them once per MHC_TEST_ISAS entry.
+per_family=(tests/cpp/mhc_oracle_agreement_test tests/cpp/mhc_strided_views_test tests/cpp/mhc_determinism_test
+            tests/cpp/mhc_edge_cases_test tests/cpp/mhc_concurrency_test)
+# sve forced on the sve2 CPU (sve128 runs it whole): the two binaries that hold every output
+# of both operators against float64 and across layouts.
+per_family_short=(tests/cpp/mhc_oracle_agreement_test tests/cpp/mhc_strided_views_test)
+# sve256 and sve512 (see the top): the suites whose cases are mostly the kernels' own work;
+# with sve forced, the oracle's cases at D = 100 (whole vectors and a ragged end at each width).
+wide_suites=(tests/kernels/mhc_kernel_tests tests/cpp/mhc_bitwise_identity_test tests/cpp/mhc_strided_views_test
+             tests/cpp/mhc_sinkhorn_test tests/cpp/mhc_alpha_forms_test tests/cpp/mhc_finite_difference_test
+             tests/cpp/mhc_validation_test tests/cpp/mhc_dtype_conversion_test tests/aclnn/mhc_aclnn_tests
+             tests/aclnn/mhc_aclnn_layer_tests)
+WIDE_ORACLE="KernelSelection.*:*_D100_*"
+# sve256 and sve512: the decode path's batch invariance for bf16 x (its lane sums are laid out
+# by the vector width; fp16 and fp32 differ only in the load, which sve128 runs).
+WIDE_DECODE="*bf16"
+# Never under qemu-user (see the top).
+QEMU_EXCLUDED="EdgeSizes.WorkspaceBeyondMemory*:EdgeSizes.PortablePlanWithAbsurdThreadCount*"
+# The long cases (see the top): 65 s and 19 s on neon under qemu, the rest of their suites
+# together less than a minute.
+LONG_CASES="*BatchInvariance*D4100_T520*:PostDeterminism.ThreadCountsGiveTheSameBits"
+
+# glibc.cpu.name=generic: glibc's own SVE string functions (its A64FX memcpy and memset) off.
+# Under qemu, every SVE instruction at vectors over 128 bits makes the scalar floating-point
+# code after it 10-25 times slower, and the harness calls memcpy everywhere; the kernels'
+# own SVE code is what is under test.
+qemu_run() {  # qemu_run TARGET PROGRAM ARGS...
+  local target=$1
+  shift
+  GLIBC_TUNABLES=glibc.cpu.name=generic timeout 3600 qemu-aarch64 -L / -cpu "${cpu[$target]}" "$@"
+}
+
+# run_suite TARGET FAMILY BINARY FILTER: one GoogleTest binary, FAMILY "dispatch" or forced.
+run_suite() {
+  local target=$1 family=$2 binary=$3 filter=$4 name log rc=0 t=$SECONDS p f s
+  name=$(basename "$binary")
+  log="$logs/$target.$family.$name.log"
+  (
+    unset MHC_ISA MHC_EXPECT_ISA
+    if [ "$family" = dispatch ]; then export MHC_EXPECT_ISA="${dispatch[$target]}"; else export MHC_ISA="$family"; fi
+    qemu_run "$target" "$out/$binary" --gtest_filter="$filter"
+  ) > "$log" 2>&1 || rc=$?
+  p=$(sed -nE 's/^\[  PASSED  \] ([0-9]+) tests?\..*/\1/p' "$log" | tail -1)
+  f=$(sed -nE 's/^\[  FAILED  \] ([0-9]+) tests?, listed below:.*/\1/p' "$log" | tail -1)
+  s=$(sed -nE 's/^\[  SKIPPED \] ([0-9]+) tests?, listed below:.*/\1/p' "$log" | tail -1)
+  p=${p:-0} f=${f:-0} s=${s:-0}
+  passed=$((passed + p))
+  skipped=$((skipped + s))
+  printf "   %-7s %-9s %-28s %5d passed %3d failed %3d skipped %5d s\n" "$target" "$family" "$name" "$p" "$f" "$s" \
+    $((SECONDS - t))
+  if [ "$f" -gt 0 ]; then
+    failed=$((failed + f))
+    failures+=("$target $family $name: $f tests (log: $log)")
+    grep -E "^\[  FAILED  \] [A-Za-z]" "$log" | head -20
+  elif [ "$rc" -ne 0 ] || [ "$p" -eq 0 ]; then  # crashed, timed out, or ran nothing
+    note_fail "$target $family $name: exit $rc with no failed test reported (log: $log)"
+    tail -20 "$log"
+  fi
+}
+
+# run_example TARGET NAME PATTERN PROGRAM ARGS...: one example program, checked by its output.
+run_example() {
+  local target=$1 name=$2 pattern=$3 log
+  shift 3
+  log="$logs/$target.example.$name.log"
+  if qemu_run "$target" "$@" > "$log" 2>&1 && grep -qE "$pattern" "$log"; then
+    passed=$((passed + 1))
+  else
+    note_fail "$target example $name (log: $log)"
+    tail -10 "$log"
+  fi
+}
+
+# --- re-record the Arm families' pinned bits
+if [ "$record" -eq 1 ]; then
+  hashes="$root/tests/cpp/bitwise_hashes.txt"
+  recorded="$logs/recorded-hashes.txt"
+  : > "$recorded"
+  for target in "${targets[@]}"; do
+    echo "== arm64: recording the pinned bits on $target"
+    if ! MHC_RECORD_HASHES="$logs/$target.hashes" qemu_run "$target" "$out/tests/cpp/mhc_bitwise_identity_test" \
+         --gtest_filter='BitwiseIdentity.EveryOutput*' > "$logs/$target.record.log" 2>&1; then
+      tail -20 "$logs/$target.record.log"; echo "arm64: 0 passed, 1 failed (targets: recording on $target)"; exit 1
+    fi
+    grep -E '^(neon|sve/[0-9]+|sve2/[0-9]+) ' "$logs/$target.hashes" >> "$recorded"
+  done
+  # A key recorded on two CPUs (neon everywhere, sve/128 on sve128 and sve2) must agree.
+  conflicts=$(sort -u "$recorded" | awk '{print $1, $2}' | uniq -d)
+  if [ -n "$conflicts" ]; then
+    echo "$conflicts" | head; echo "arm64: 0 passed, 1 failed (targets: recorded bits differ between CPUs)"; exit 1
+  fi
+  { grep -vE '^(neon|sve/[0-9]+|sve2/[0-9]+) ' "$hashes"; sort -u "$recorded"; } > "$logs/bitwise_hashes.txt"
+  mv "$logs/bitwise_hashes.txt" "$hashes"
+  echo "== arm64: recorded $(awk '{print $1}' "$recorded" | sort -u | tr '\n' ' ')into tests/cpp/bitwise_hashes.txt"
+fi
+
+# --- the runs: two lanes of targets side by side (the machine's two cores; most of a case's
+# time under qemu is one thread of harness code), each target's results in $logs/$target.*.
+# run_target TARGET: the dispatch run, the forced runs and the examples of one CPU.
+run_target() {
+  local target=$1 t=$SECONDS family binary program sample dump
+  passed=0 failed=0 skipped=0 failures=()
+  {
+    echo "== arm64: $target (qemu -cpu ${cpu[$target]}; dispatch: ${dispatch[$target]})"
+    local wide=0
+    case $target in sve256|sve512) wide=1 ;; esac
+    if [ "$target" = neon ]; then  # the full suites once, with the long cases
+      for binary in "${suites[@]}"; do run_suite "$target" dispatch "$binary" "-$QEMU_EXCLUDED"; done
+    elif [ "$wide" -eq 0 ]; then  # the per-family binaries run next with this family forced
+      for binary in "${suites[@]}"; do
+        [[ " ${per_family[*]} " == *" $binary "* ]] && continue
+        run_suite "$target" dispatch "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"
+      done
+    else
+      for binary in "${wide_suites[@]}"; do run_suite "$target" dispatch "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"; done
+      run_suite "$target" dispatch tests/cpp/mhc_decode_invariance_test "$WIDE_DECODE"
+    fi
+    for family in ${families[$target]}; do
+      if [ "$wide" -eq 1 ] && [ "$family" = sve ]; then
+        run_suite "$target" sve tests/cpp/mhc_oracle_agreement_test "$WIDE_ORACLE-$QEMU_EXCLUDED"
+        run_suite "$target" sve tests/cpp/mhc_strided_views_test "-$QEMU_EXCLUDED"
+      elif [ "$target" = neon ] || [ "$family" = "${dispatch[$target]}" ]; then  # the CPU's best
+        for binary in "${per_family[@]}"; do run_suite "$target" "$family" "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"; done
+      elif [ "$family" != sve ]; then  # neon, portable, reference: the code the neon target runs whole
+        run_suite "$target" "$family" tests/cpp/mhc_strided_views_test "-$QEMU_EXCLUDED"
+      else  # sve on the sve2 CPU: the code sve128 runs whole; a smaller set
+        for binary in "${per_family_short[@]}"; do
+          run_suite "$target" "$family" "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"
+        done
+      fi
+    done
+    # The examples, as tests/aclnn/CMakeLists.txt checks them.
+    for sample in forward backward; do
+      program=aclnn_mhc_pre
+      [ "$sample" = backward ] && program=aclnn_mhc_pre_backward
+      dump="$logs/$target.$program.bin"
+      run_example "$target" "$program" "." "$out/examples/$program" "$dump"
+      run_example "$target" "${program}_matches_cpp_api" "all outputs identical to the C\+\+ API" \
+        "$out/tests/aclnn/aclnn_example_agreement" "$sample" "$dump"
+    done
+    for program in aclnn_mhc_sinkhorn aclnn_mhc_sinkhorn_backward aclnn_mhc_post aclnn_mhc_post_backward \
+                   aclnn_mhc_pre_sinkhorn aclnn_mhc_pre_sinkhorn_backward; do
+      run_example "$target" "$program" ": PASSED" "$out/examples/$program"
+    done
+    run_example "$target" aclnn_cann_style_program "all outputs agree with the double-precision computation" \
+      "$out/tests/aclnn/aclnn_cann_style_program"
+    echo "== arm64: $target: $passed passed, $failed failed, $skipped skipped in $((SECONDS - t)) s"
+  } > "$logs/$target.summary" 2>&1
+  printf '%s\n' "$passed $failed $skipped $((SECONDS - t))" > "$logs/$target.counts"
+  printf '%s\n' "${failures[@]}" > "$logs/$target.failures"
+}
+
+lanes=("neon sve2 sve128" "sve512 sve256")
+pids=()
+t_runs=$SECONDS
+for lane in "${lanes[@]}"; do
+  (for target in $lane; do
+     [[ " ${targets[*]} " == *" $target "* ]] && run_target "$target"
+   done) &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
+t_runs=$((SECONDS - t_runs))
+
+passed=0 failed=0 skipped=0 failures=()
+declare -A t_target
+for target in "${targets[@]}"; do
+  cat "$logs/$target.summary"
+  if [ ! -s "$logs/$target.counts" ]; then note_fail "$target: no results"; continue; fi
+  read -r p f s t < "$logs/$target.counts"
+  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+  t_target[$target]=$t
+  while IFS= read -r line; do [ -n "$line" ] && failures+=("$line"); done < "$logs/$target.failures"
+done
+
+times=""
+for target in "${targets[@]}"; do times+=" $target ${t_target[$target]:-?} s,"; done
+echo "== arm64: done in $((SECONDS - start_all)) s: install ${t_install} s, build ${t_build} s, runs ${t_runs} s" \
+     "(two lanes:${times%,}); $skipped skipped"
+for f in "${failures[@]}"; do echo "   failed: $f"; done
+list="${targets[*]}"
+echo "arm64: $passed passed, $failed failed (targets: ${list// /, })"
+[ "$failed" -eq 0 ]
