@@ -39,11 +39,17 @@ Scratch lay_out(float* base, const PreShape& d) {
   return s;
 }
 
-// v and u of token t over columns [k0, k1); returns the operand of the products.
-const float* load_token(const ForwardOperands& o, int64_t t, int64_t k0, int64_t k1, const Scratch& s) {
+// v of token t over columns [k0, k1), as fp32.
+void load_v(const ForwardOperands& o, int64_t t, int64_t k0, int64_t k1, const Scratch& s) {
   const PreShape& d = o.shape;
   for (int64_t k = k0; k < k1; ++k)
     s.v[k] = core::load_element(o.x.data, d.x_dtype, o.x.at(t, k / d.D) + k % d.D);
+}
+
+// v and u of token t over columns [k0, k1); returns the operand of the products.
+const float* load_token(const ForwardOperands& o, int64_t t, int64_t k0, int64_t k1, const Scratch& s) {
+  const PreShape& d = o.shape;
+  load_v(o, t, k0, k1, s);
   if (!o.gamma.present() && !d.hf32) return s.v;
   for (int64_t k = k0; k < k1; ++k) s.u[k] = o.gamma.present() ? s.v[k] * o.gamma.row(k / d.D)[k % d.D] : s.v[k];
   if (d.hf32) common::round_hf32(s.u + k0, k1 - k0);  // the product's operand
@@ -108,7 +114,7 @@ void forward_tokens(const ForwardItem& item, int64_t t0, int64_t t1) {
   for (int64_t t = t0; t < t1; ++t) {
     std::fill_n(totals, per_slice, 0.0f);
     if (d.T <= kDecodeTokens) {  // the preparation's slices
-      for (int64_t k = 0; k < d.K; ++k) s.v[k] = core::load_element(o.x.data, d.x_dtype, o.x.at(t, k / d.D) + k % d.D);
+      load_v(o, t, 0, d.K, s);  // finish_token's h_in
       const float* all = static_cast<const float*>(item.prepared->data);
       for (int64_t slice = 0; slice < slices; ++slice)
         for (int64_t i = 0; i < per_slice; ++i) totals[i] += all[(slice * d.T + t) * per_slice + i];
