@@ -85,6 +85,7 @@ Status check_phi_alpha(const char* phi_name, const TensorView& phi, const char* 
   MHC_RETURN_IF_ERROR(check_view(alpha_name, alpha));
   MHC_RETURN_IF_ERROR(check_dtype(alpha_name, alpha, DType::fp32));
   const int64_t entries = d->alpha_entries();
+  if (alpha.rank == 1 && alpha.shape[0] == entries) return {};
   const std::string why = d->head              ? " (phi has F=N rows: the head, the pre branch only)"
                           : d->two_entry_alpha ? " (phi has F=2N rows: no residual branch)"
                                                : " (phi has F=2N+R rows, R=" + std::to_string(d->R) + ")";
@@ -92,7 +93,7 @@ Status check_phi_alpha(const char* phi_name, const TensorView& phi, const char* 
                                nullptr);
 }
 
-Status check_fp32(const char* name, const TensorView& v, const std::vector<ShapeOption>& shapes,
+Status check_fp32(const char* name, const TensorView& v, const ShapeOptions& shapes,
                   int* chosen) {
   MHC_RETURN_IF_ERROR(check_view(name, v));
   MHC_RETURN_IF_ERROR(check_dtype(name, v, DType::fp32));
@@ -113,8 +114,8 @@ Status check_like_x_or(const char* name, const TensorView& v, const TokenSpace& 
 }
 
 // h_res / grad_h_res: [..,N,N] (only when R = N*N) or flat [..,R].
-std::vector<ShapeOption> residual_shapes(const TokenSpace& s) {
-  std::vector<ShapeOption> shapes;
+ShapeOptions residual_shapes(const TokenSpace& s) {
+  ShapeOptions shapes;
   if (s.dims.R == s.dims.N * s.dims.N) shapes.push_back(s.shape({"N", "N"}, {s.dims.N, s.dims.N}));
   shapes.push_back(s.shape({"R"}, {s.dims.R}));
   return shapes;
@@ -130,7 +131,7 @@ Status check_eps(const char* name, double value) {
   return {};
 }
 
-Status check_outputs_disjoint(const std::vector<Named>& inputs, const std::vector<Named>& outputs,
+Status check_outputs_disjoint(const NamedList& inputs, const NamedList& outputs,
                               const TensorView* allowed_out, const TensorView* allowed_in) {
   auto intersects = [](ByteSpan a, ByteSpan b) {
     return a.lo < a.hi && b.lo < b.hi && a.lo < b.hi && b.lo < a.hi;

@@ -49,14 +49,14 @@ Status check_x(const char* name, const TensorView& x, TokenSpace* space);
 // phi fixes F, alpha must agree: [2] exactly when F = 2N, [1] exactly when F = N.
 Status check_phi_alpha(const char* phi_name, const TensorView& phi, const char* alpha_name,
                        const TensorView& alpha, core::Dims* d);
-Status check_fp32(const char* name, const TensorView& v, const std::vector<ShapeOption>& shapes,
+Status check_fp32(const char* name, const TensorView& v, const ShapeOptions& shapes,
                   int* chosen = nullptr);
 Status check_like_x(const char* name, const TensorView& v, const TokenSpace& space, const ShapeOption& shape);
 // The same, the expected dtype named with `also` after it (" or fp32").
 Status check_like_x_or(const char* name, const TensorView& v, const TokenSpace& space, const ShapeOption& shape,
                        const char* also);
 // h_res / grad_h_res: [..,N,N] (only when R = N*N) or flat [..,R].
-std::vector<ShapeOption> residual_shapes(const TokenSpace& s);
+ShapeOptions residual_shapes(const TokenSpace& s);
 Status check_gamma(const char* name, const TensorView& gamma, const core::Dims& d);
 Status check_eps(const char* name, double value);
 // options.matmul_precision names a precision: whether the products take HF32 operands.
@@ -72,7 +72,8 @@ struct Named {
   const char* name;
   const TensorView* view;
 };
-Status check_outputs_disjoint(const std::vector<Named>& inputs, const std::vector<Named>& outputs,
+using NamedList = InlineList<Named, 16>;  // an operator's inputs or outputs
+Status check_outputs_disjoint(const NamedList& inputs, const NamedList& outputs,
                               const TensorView* allowed_out, const TensorView* allowed_in);
 
 }  // namespace mhc::ops

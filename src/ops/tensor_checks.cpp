@@ -95,7 +95,7 @@ Status check_dtype(const char* name, const TensorView& v, DType expected) {
   return {};
 }
 
-Status check_shape(const char* name, const TensorView& v, const std::vector<ShapeOption>& options,
+Status check_shape(const char* name, const TensorView& v, const ShapeOptions& options,
                    int* chosen) {
   for (size_t i = 0; i < options.size(); ++i) {
     const auto& dims = options[i].dims;
@@ -111,14 +111,16 @@ Status check_shape(const char* name, const TensorView& v, const std::vector<Shap
 }
 
 Status check_no_self_overlap(const char* name, const TensorView& v) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, extent) of dims that vary
-  for (int i = 0; i < v.rank; ++i) {
+  std::array<std::pair<int64_t, int64_t>, kMaxRank> dims;  // (stride, extent) of dims that vary
+  size_t varying = 0;
+  for (int i = 0; i < std::min(v.rank, kMaxRank); ++i) {
     if (v.shape[i] == 0) return {};
-    if (v.shape[i] > 1) dims.emplace_back(v.strides[i], v.shape[i]);
+    if (v.shape[i] > 1) dims[varying++] = {v.strides[i], v.shape[i]};
   }
-  std::sort(dims.begin(), dims.end());
+  std::sort(dims.begin(), dims.begin() + varying);
   int64_t span = 0;  // largest offset reachable by the smaller dims
-  for (auto [stride, extent] : dims) {
+  for (size_t i = 0; i < varying; ++i) {
+    const auto [stride, extent] = dims[i];
     if (stride <= span)
       return layout_error(name, "output strides " + dims_string(v.strides.data(), v.rank) +
                                     " make elements of shape " + view_shape_string(v) +

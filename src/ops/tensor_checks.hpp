@@ -23,9 +23,10 @@ Status shape_error(const char* name, const std::string& expected, const TensorVi
 Status layout_error(const char* name, const std::string& what);
 Status value_error(const char* name, const std::string& what);
 
-// Up to kMaxRank values held in place (more are dropped: the checks' own shapes
-// have at most five dims). Every call builds such lists, so they allocate nothing.
-template <class T>
+// Up to Capacity values held in place (more are dropped: the checks' own shapes
+// have at most five dims, their lists of tensors at most a dozen). Every call
+// builds such lists, so they allocate nothing.
+template <class T, size_t Capacity = size_t(kMaxRank)>
 class InlineList {
  public:
   InlineList() = default;
@@ -46,7 +47,7 @@ class InlineList {
   const T& operator[](size_t i) const { return items_[i]; }
 
  private:
-  std::array<T, kMaxRank> items_{};
+  std::array<T, Capacity> items_{};
   size_t count_ = 0;
 };
 using DimList = InlineList<int64_t>;
@@ -61,12 +62,14 @@ struct ShapeOption {
   std::string text;  // the label as given, when there are no names
   std::string label() const;
 };
+// The shapes a tensor may take (at most two anywhere: h_res's).
+using ShapeOptions = InlineList<ShapeOption, 4>;
 
 // Rank, non-negative strides, null data, alignment and offset overflow; then the
 // dtype and the shape (which must equal one of `options`; returns its index).
 Status check_view(const char* name, const TensorView& v);
 Status check_dtype(const char* name, const TensorView& v, DType expected);
-Status check_shape(const char* name, const TensorView& v, const std::vector<ShapeOption>& options,
+Status check_shape(const char* name, const TensorView& v, const ShapeOptions& options,
                    int* chosen);
 
 // An output must not write one element twice (sufficient test: sorted strides

@@ -171,7 +171,9 @@ int default_thread_count() {
     const int n = std::atoi(env);
     if (n > 0) return std::min(n, kMaxThreads);
   }
-  return int(std::clamp(std::thread::hardware_concurrency(), 1u, unsigned(kMaxThreads)));
+  // Read once: glibc opens /sys/devices/system/cpu/online on every query.
+  static const unsigned online = std::thread::hardware_concurrency();
+  return int(std::clamp(online, 1u, unsigned(kMaxThreads)));
 }
 
 void parallel_for(int64_t items, int threads,

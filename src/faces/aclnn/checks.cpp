@@ -115,7 +115,7 @@ Shape TokenDims::per_token(std::initializer_list<const char*> names, ops::DimLis
 TokenDims token_dims(const std::vector<int64_t>& x) {
   TokenDims t;
   t.bsnd = x.size() == 4;
-  t.lead.assign(x.begin(), x.end() - 2);
+  t.lead = ops::DimList(x.begin(), x.end() - 2);
   t.N = x[x.size() - 2];
   t.D = x[x.size() - 1];
   t.K = saturated_mul(t.N, t.D);
@@ -146,11 +146,11 @@ Shape step_shape(const TokenDims& t, int64_t steps, std::initializer_list<const 
   return shape;
 }
 
-std::vector<Shape> phi_shapes(const TokenDims& t, bool with_residual, bool without_residual) {
+ShapeList phi_shapes(const TokenDims& t, bool with_residual, bool without_residual) {
   const int64_t N = t.N, two_n = t.two_n;
   const int64_t square = saturated_add(two_n, saturated_mul(N, N));
   const int64_t perm = saturated_add(two_n, saturated_factorial(N));
-  std::vector<Shape> shapes;
+  ShapeList shapes;
   if (with_residual) {
     shapes.push_back(named_shape({"F", "K"}, {square, t.K}, " (F=2N+N*N, K=N*D)"));
     if (perm != square) shapes.push_back(named_shape({"F", "K"}, {perm, t.K}, " (F=2N+N!)"));
@@ -159,8 +159,8 @@ std::vector<Shape> phi_shapes(const TokenDims& t, bool with_residual, bool witho
   return shapes;
 }
 
-std::vector<Shape> residual_shapes(const TokenDims& t, int64_t R) {
-  std::vector<Shape> shapes;
+ShapeList residual_shapes(const TokenDims& t, int64_t R) {
+  ShapeList shapes;
   if (R == saturated_mul(t.N, t.N)) shapes.push_back(t.per_token({"N", "N"}, {t.N, t.N}));
   shapes.push_back(t.per_token({"R"}, {R}));
   return shapes;
@@ -223,7 +223,7 @@ aclnnStatus Checks::rank(const TensorArg& arg, std::initializer_list<size_t> ran
                                            std::to_string(t.dims.size()) + " " + dims_text(t.dims));
 }
 
-aclnnStatus Checks::shape(const TensorArg& arg, const std::vector<Shape>& shapes) const {
+aclnnStatus Checks::shape(const TensorArg& arg, const ShapeList& shapes) const {
   const TensorInfo* found;
   ACLNN_RETURN_IF_ERROR(lookup(arg, &found));
   const TensorInfo& t = *found;

@@ -160,6 +160,8 @@ struct Shape {
     return given.size() == dims.size() && std::equal(dims.begin(), dims.end(), given.begin());
   }
 };
+// The shapes a tensor may take (at most three anywhere: phi's).
+using ShapeList = ops::InlineList<Shape, 4>;
 // named_shape({"N","D"}, {4,8}) prints "[N,D]=[4,8]" (then `note`).
 Shape named_shape(ops::NameList names, ops::DimList dims, const char* note = "");
 
@@ -167,7 +169,7 @@ Shape named_shape(ops::NameList names, ops::DimList dims, const char* note = "")
 // and K = N*D (saturated, as 2N: only compared with dims).
 struct TokenDims {
   bool bsnd = false;
-  std::vector<int64_t> lead;
+  ops::DimList lead;  // [B,S] or [T]
   int64_t N = 0, D = 0, K = 0, two_n = 0;  // K and two_n saturated
   // The per-token shape with trailing dims `inner`, named `names`.
   Shape per_token(std::initializer_list<const char*> names, ops::DimList inner) const;
@@ -188,9 +190,9 @@ SinkhornCacheDims sinkhorn_cache_dims(const TokenDims& t, int64_t iterations);
 // CANN's shapes of MhcPreSinkhorn's per-step caches sumOut and normOut.
 Shape step_shape(const TokenDims& t, int64_t steps, std::initializer_list<const char*> names, ops::DimList inner);
 // phi's shapes [F,K]: with a residual branch F = 2N+N*N or 2N+N!, without F = 2N.
-std::vector<Shape> phi_shapes(const TokenDims& t, bool with_residual, bool without_residual);
+ShapeList phi_shapes(const TokenDims& t, bool with_residual, bool without_residual);
 // hRes / gradHRes: [..,N,N] (only when R = N*N) or [..,R].
-std::vector<Shape> residual_shapes(const TokenDims& t, int64_t R);
+ShapeList residual_shapes(const TokenDims& t, int64_t R);
 
 // Each check records a message "<op>: <tensor>: ..." (CANN's parameter names)
 // and returns CANN's code; the checks read dims, dtypes and formats only.
@@ -207,7 +209,7 @@ class Checks {
   // The rest give 161002.
   aclnnStatus not_empty(const TensorArg& arg) const;
   aclnnStatus rank(const TensorArg& arg, std::initializer_list<size_t> ranks) const;
-  aclnnStatus shape(const TensorArg& arg, const std::vector<Shape>& shapes) const;
+  aclnnStatus shape(const TensorArg& arg, const ShapeList& shapes) const;
   // x: ACL_BF16 or ACL_FLOAT16 (CANN rejects ACL_FLOAT x; the C++ API takes it).
   aclnnStatus x_dtype(const TensorArg& x) const;
   aclnnStatus dtype(const TensorArg& arg, int32_t expected, const char* why = "") const;

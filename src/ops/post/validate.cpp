@@ -53,7 +53,7 @@ Status validate_forward(const PostForwardInputs& in, const PostForwardOutputs& o
   MHC_RETURN_IF_ERROR(check_inputs(in.x, in.h_res, in.h_out, in.h_post, &s, &shapes));
   MHC_RETURN_IF_ERROR(check_threads(options.num_threads));
   MHC_RETURN_IF_ERROR(check_like_x("out", out.out, s, shapes.streams));
-  std::vector<Named> inputs = {{"x", &in.x}, {"h_out", &in.h_out}, {"h_post", &in.h_post}};
+  NamedList inputs = {{"x", &in.x}, {"h_out", &in.h_out}, {"h_post", &in.h_post}};
   if (in.h_res) inputs.push_back({"h_res", &*in.h_res});
   MHC_RETURN_IF_ERROR(check_outputs_disjoint(inputs, {{"out", &out.out}}, nullptr, nullptr));
   Isa isa;
@@ -83,9 +83,9 @@ Status validate_backward(const PostBackwardInputs& in, const PostBackwardOutputs
   if (out.grad_h_res) MHC_RETURN_IF_ERROR(check_fp32("grad_h_res", *out.grad_h_res, {shapes.matrix}));
   MHC_RETURN_IF_ERROR(check_like_x("grad_h_out", out.grad_h_out, s, shapes.columns));
   MHC_RETURN_IF_ERROR(check_fp32("grad_h_post", out.grad_h_post, {shapes.vector}));
-  std::vector<Named> inputs = {{"grad_out", &in.grad_out}, {"x", &in.x}, {"h_out", &in.h_out}, {"h_post", &in.h_post}};
+  NamedList inputs = {{"grad_out", &in.grad_out}, {"x", &in.x}, {"h_out", &in.h_out}, {"h_post", &in.h_post}};
   if (in.h_res) inputs.push_back({"h_res", &*in.h_res});
-  std::vector<Named> outputs = {{"grad_x", &out.grad_x}};
+  NamedList outputs = {{"grad_x", &out.grad_x}};
   if (out.grad_h_res) outputs.push_back({"grad_h_res", &*out.grad_h_res});
   outputs.push_back({"grad_h_out", &out.grad_h_out});
   outputs.push_back({"grad_h_post", &out.grad_h_post});

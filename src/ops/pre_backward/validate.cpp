@@ -58,7 +58,7 @@ Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out, cons
     return shape_error("grad_gamma", "no tensor (gamma is not given)", *out.grad_gamma);
   if (out.grad_gamma) MHC_RETURN_IF_ERROR(check_gamma("grad_gamma", *out.grad_gamma, d));
 
-  std::vector<Named> inputs = {{"x", &in.x}, {"phi", &in.phi}, {"alpha", &in.alpha},
+  NamedList inputs = {{"x", &in.x}, {"phi", &in.phi}, {"alpha", &in.alpha},
                                {"grad_h_in", &in.grad_h_in}, {"inv_rms", &in.inv_rms},
                                {"h_mix", &in.h_mix}, {"h_pre", &in.h_pre}};
   if (grad_h_post) inputs.push_back({"grad_h_post", &*grad_h_post});
@@ -66,7 +66,7 @@ Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out, cons
   if (grad_h_res) inputs.push_back({"grad_h_res", &*grad_h_res});
   if (in.gamma) inputs.push_back({"gamma", &*in.gamma});
   if (in.grad_x_post) inputs.push_back({"grad_x_post", &*in.grad_x_post});
-  std::vector<Named> outputs = {{"grad_x", &out.grad_x}, {"grad_phi", &out.grad_phi},
+  NamedList outputs = {{"grad_x", &out.grad_x}, {"grad_phi", &out.grad_phi},
                                 {"grad_alpha", &out.grad_alpha}, {"grad_bias", &out.grad_bias}};
   if (out.grad_gamma) outputs.push_back({"grad_gamma", &*out.grad_gamma});
   MHC_RETURN_IF_ERROR(check_outputs_disjoint(inputs, outputs, &out.grad_x,

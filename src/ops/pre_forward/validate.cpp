@@ -44,9 +44,9 @@ Status validate(const PreForwardInputs& in, const PreForwardOutputs& out, const 
     MHC_RETURN_IF_ERROR(check_fp32("h_pre", *out.h_pre, {s.shape({"N"}, {d.N})}));
   }
 
-  std::vector<Named> inputs = {{"x", &in.x}, {"phi", &in.phi}, {"alpha", &in.alpha}, {"bias", &in.bias}};
+  NamedList inputs = {{"x", &in.x}, {"phi", &in.phi}, {"alpha", &in.alpha}, {"bias", &in.bias}};
   if (in.gamma) inputs.push_back({"gamma", &*in.gamma});
-  std::vector<Named> outputs = {{"h_in", &out.h_in}};
+  NamedList outputs = {{"h_in", &out.h_in}};
   if (h_post) outputs.push_back({"h_post", &*h_post});
   if (h_res) outputs.push_back({"h_res", &*h_res});
   if (caches == 3) {

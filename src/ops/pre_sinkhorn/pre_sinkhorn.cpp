@@ -130,8 +130,8 @@ Status validate_forward(const PreSinkhornForwardInputs& in, const PreSinkhornFor
   MHC_RETURN_IF_ERROR(sinkhorn::validate_forward(sinkhorn_in, sinkhorn_out, options, &problem.sinkhorn,
                                                  {.eps_values = rules.eps_values, .driver_buffer = true}));
   if (caches == 5) {  // the Sinkhorn's caches against everything else of the call
-    std::vector<Named> inputs = {{"x", &in.x}, {"phi", &in.phi}, {"alpha", &in.alpha}, {"bias", &in.bias}};
-    std::vector<Named> outputs = {{"h_in", &out.h_in},         {"h_post", &out.h_post}, {"h_res", &out.h_res},
+    NamedList inputs = {{"x", &in.x}, {"phi", &in.phi}, {"alpha", &in.alpha}, {"bias", &in.bias}};
+    NamedList outputs = {{"h_in", &out.h_in},         {"h_post", &out.h_post}, {"h_res", &out.h_res},
                                   {"inv_rms", &*out.inv_rms}, {"h_mix", &*out.h_mix},  {"h_pre", &*out.h_pre},
                                   {"norm_out", &*out.norm_out}, {"sum_out", &*out.sum_out}};
     MHC_RETURN_IF_ERROR(check_outputs_disjoint(inputs, outputs, nullptr, nullptr));
@@ -159,8 +159,8 @@ Status validate_backward(const PreSinkhornBackwardInputs& in, const PreSinkhornB
   const SinkhornBackwardOutputs sinkhorn_out{grad_h_res};
   MHC_RETURN_IF_ERROR(sinkhorn::validate_backward(sinkhorn_in, sinkhorn_out, options, &problem.sinkhorn,
                                                   {.eps_values = rules.eps_values, .driver_buffer = true}));
-  const std::vector<Named> inputs = {{"bias", &in.bias}, {"sum_out", &in.sum_out}, {"norm_out", &in.norm_out}};
-  const std::vector<Named> outputs = {{"grad_x", &out.grad_x}, {"grad_phi", &out.grad_phi},
+  const NamedList inputs = {{"bias", &in.bias}, {"sum_out", &in.sum_out}, {"norm_out", &in.norm_out}};
+  const NamedList outputs = {{"grad_x", &out.grad_x}, {"grad_phi", &out.grad_phi},
                                       {"grad_alpha", &out.grad_alpha}, {"grad_bias", &out.grad_bias}};
   MHC_RETURN_IF_ERROR(check_outputs_disjoint(inputs, outputs, nullptr, nullptr));
   problem.bias = resolve_plain_tensor(in.bias);

@@ -112,12 +112,12 @@ Status validate_forward(const SinkhornForwardInputs& in, const SinkhornForwardOu
     MHC_RETURN_IF_ERROR(check_cache("norm_out", *out.norm_out, s, true, &iterations, &pitch));
     MHC_RETURN_IF_ERROR(check_cache("sum_out", *out.sum_out, s, false, &iterations, &pitch));
   }
-  std::vector<Named> outputs = {{"h_res", &out.h_res}};
+  NamedList outputs = {{"h_res", &out.h_res}};
   if (out.norm_out) {
     outputs.push_back({"norm_out", &*out.norm_out});
     outputs.push_back({"sum_out", &*out.sum_out});
   }
-  std::vector<Named> inputs;
+  NamedList inputs;
   if (!rules.driver_buffer) inputs.push_back({"z", &in.z});
   MHC_RETURN_IF_ERROR(check_outputs_disjoint(inputs, outputs, nullptr, nullptr));
   Isa isa;
@@ -162,7 +162,7 @@ Status validate_backward(const SinkhornBackwardInputs& in, const SinkhornBackwar
   }
   MHC_RETURN_IF_ERROR(check_threads(options.num_threads));
   MHC_RETURN_IF_ERROR(check_like("grad_z", out.grad_z, s));
-  std::vector<Named> inputs = {{"grad_h_res", &in.grad_h_res}};
+  NamedList inputs = {{"grad_h_res", &in.grad_h_res}};
   if (caches) {
     inputs.push_back({"norm_out", &*in.norm_out});
     inputs.push_back({"sum_out", &*in.sum_out});
