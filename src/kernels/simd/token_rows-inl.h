@@ -46,9 +46,27 @@ HWY_INLINE int64_t ScaleRow(const void* x, const float* gamma, int64_t count, fl
 // out[j] = sum_n h_pre[n] x[n][j] for j < count (a multiple of the lanes): the N
 // rows of x n_stride elements apart, out in x's dtype T, written with streaming
 // stores when `stream` (callers then end with hwy::FlushStream()).
+template <DType T, size_t kN>
+HWY_INLINE void WeightedRowsOf(const void* x, int64_t n_stride, const float* h_pre, int64_t count, void* out,
+                               bool stream) {
+  const DF df;
+  const int64_t L = hn::Lanes(df);
+  VecArray<kN> weights;
+#pragma GCC unroll 8
+  for (size_t n = 0; n < kN; ++n) weights[n] = hn::Set(df, h_pre[n]);
+  for (int64_t j = 0; j < count; j += L) {
+    VF acc = hn::Zero(df);
+#pragma GCC unroll 8
+    for (size_t n = 0; n < kN; ++n) acc = hn::MulAdd(weights[n], LoadT<T>(df, x, n * n_stride + j), acc);
+    if (stream) StreamT<T>(df, acc, out, j);
+    else StoreT<T>(df, acc, out, j);
+  }
+}
+
 template <DType T>
 HWY_INLINE void WeightedRows(const void* x, int64_t n_stride, const float* h_pre, int64_t N, int64_t count, void* out,
                              bool stream) {
+  if (N == 4) return WeightedRowsOf<T, 4>(x, n_stride, h_pre, count, out, stream);  // mHC's usual streams
   const DF df;
   const int64_t L = hn::Lanes(df);
   for (int64_t j = 0; j < count; j += L) {
