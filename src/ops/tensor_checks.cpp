@@ -117,7 +117,8 @@ Status check_no_self_overlap(const char* name, const TensorView& v) {
     if (v.shape[i] == 0) return {};
     if (v.shape[i] > 1) dims[varying++] = {v.strides[i], v.shape[i]};
   }
-  std::sort(dims.begin(), dims.begin() + varying);
+  for (size_t i = 1; i < varying; ++i)  // insertion sort: at most kMaxRank entries
+    for (size_t j = i; j > 0 && dims[j] < dims[j - 1]; --j) std::swap(dims[j], dims[j - 1]);
   int64_t span = 0;  // largest offset reachable by the smaller dims
   for (size_t i = 0; i < varying; ++i) {
     const auto [stride, extent] = dims[i];

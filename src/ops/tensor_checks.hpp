@@ -59,7 +59,7 @@ using NameList = InlineList<const char*>;
 struct ShapeOption {
   DimList dims;
   NameList names;
-  std::string text;  // the label as given, when there are no names
+  std::string text = {};  // the label as given, when there are no names
   std::string label() const;
 };
 // The shapes a tensor may take (at most two anywhere: h_res's).

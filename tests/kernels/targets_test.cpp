@@ -63,8 +63,9 @@ TEST(Registry, DispatchChoosesTheBestFamilyThisCpuRuns) {
   if (const char* forced = std::getenv("MHC_ISA"); forced != nullptr && *forced != '\0')
     GTEST_SKIP() << "MHC_ISA=" << forced << " chooses the family";
   EXPECT_STREQ(mhc::isa(), mhc::kernels::best_available().name);
-  if (const char* want = std::getenv("MHC_EXPECT_ISA"); want != nullptr && *want != '\0')
+  if (const char* want = std::getenv("MHC_EXPECT_ISA"); want != nullptr && *want != '\0') {
     EXPECT_STREQ(mhc::isa(), want);
+  }
 }
 
 // A table that does not apply to every call has a base that runs the rest and

@@ -154,7 +154,7 @@ struct Shape {
   ops::DimList dims;
   ops::NameList names;
   const char* note = "";
-  std::string text;  // without names: the label as given, else the note
+  std::string text = {};  // without names: the label as given, else the note
   std::string label() const;
   bool matches(const std::vector<int64_t>& given) const {
     return given.size() == dims.size() && std::equal(dims.begin(), dims.end(), given.begin());
