@@ -25,7 +25,8 @@ inline constexpr int64_t kSliceColumns = 2048;
 // Within a slice, the squares are summed in blocks of at most this many columns
 // from zero, each block added to the slice's lanes: bf16 and fp16 squares are exact
 // with few significant bits, so long runs of them round down on average
-// (mhc_accuracy_test, AccuracyAtWidth: the mean signed error of inv_rms).
+// (tests/python/test_accuracy.py, test_forward_accuracy_at_width: the mean signed
+// error of inv_rms).
 inline constexpr int64_t kSquareBlockColumns = 256;
 inline constexpr int64_t kDecodeTokens = 64;
 inline int64_t slice_count(int64_t K) { return (K + kSliceColumns - 1) / kSliceColumns; }
