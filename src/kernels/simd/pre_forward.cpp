@@ -369,7 +369,10 @@ bool runs(Isa isa) {
     case Isa::neon: target = HWY_NEON; break;
     default: return false;
   }
-  if ((hwy::SupportedTargets() & HWY_TARGETS & target) == 0) return false;
+  // Highway runs CPUID again on every call: under KVM each is a VM exit, about 70 us
+  // in all on some hosts, so the answer is kept (the CPU does not change under a process).
+  static const int64_t supported = hwy::SupportedTargets();
+  if ((supported & HWY_TARGETS & target) == 0) return false;
   // SVE's vectors are 128 to 2048 bits; the kernels are tested (and their folds and
   // tables written) for 128, 256 and 512.
 #if HWY_TARGETS & HWY_SVE2
