@@ -15,6 +15,7 @@
 
 #include "acl/acl.h"
 #include "aclnnop/aclnn_mhc_pre.h"
+#include "floor_pass.hpp"
 
 namespace mhc_bench {
 namespace {
@@ -25,51 +26,6 @@ void pin_to(int cpu) {
   CPU_ZERO(&set);
   CPU_SET(cpu % cpus, &set);
   pthread_setaffinity_np(pthread_self(), sizeof set, &set);  // best effort
-}
-
-// ---- the floor: out[f][lane] = sum over columns [c0, c1) of phi[f][c] u[c] ----------
-// Each element of phi is loaded once and meets one FMA; u's vector once per column
-// vector for all rows (F <= 24 accumulators stay in registers).
-__attribute__((target("avx512f"), noinline)) void phi_pass_avx512(const float* phi, int64_t F, int64_t K,
-                                                                   const float* u, int64_t c0, int64_t c1,
-                                                                   float* out) {
-  for (int64_t f0 = 0; f0 < F; f0 += 24) {
-    const int rows = int(std::min<int64_t>(24, F - f0));
-    __m512 acc[24];
-    for (int r = 0; r < 24; ++r) acc[r] = _mm512_setzero_ps();
-    for (int64_t c = c0; c < c1; c += 16) {
-      const __m512 uv = _mm512_loadu_ps(u + c);
-#pragma GCC unroll 24
-      for (int r = 0; r < 24; ++r)
-        if (r < rows) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(phi + (f0 + r) * K + c), uv, acc[r]);
-    }
-    for (int r = 0; r < rows; ++r) _mm512_storeu_ps(out + (f0 + r) * 16, acc[r]);
-  }
-}
-
-__attribute__((target("avx2,fma"), noinline)) void phi_pass_avx2(const float* phi, int64_t F, int64_t K,
-                                                                  const float* u, int64_t c0, int64_t c1,
-                                                                  float* out) {
-  for (int64_t f0 = 0; f0 < F; f0 += 12) {
-    const int rows = int(std::min<int64_t>(12, F - f0));
-    __m256 acc[12];
-    for (int r = 0; r < 12; ++r) acc[r] = _mm256_setzero_ps();
-    for (int64_t c = c0; c < c1; c += 8) {
-      const __m256 uv = _mm256_loadu_ps(u + c);
-#pragma GCC unroll 12
-      for (int r = 0; r < 12; ++r)
-        if (r < rows) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(phi + (f0 + r) * K + c), uv, acc[r]);
-    }
-    for (int r = 0; r < rows; ++r) _mm256_storeu_ps(out + (f0 + r) * 16, acc[r]);
-  }
-}
-
-void phi_pass_plain(const float* phi, int64_t F, int64_t K, const float* u, int64_t c0, int64_t c1, float* out) {
-  for (int64_t f = 0; f < F; ++f) {
-    float acc = 0;
-    for (int64_t c = c0; c < c1; ++c) acc += phi[f * K + c] * u[c];
-    out[f * 16] = acc;
-  }
 }
 
 // Workers 1.. spin on a generation counter between passes (no sleeping, no
@@ -116,10 +72,6 @@ Timing time_floor(int64_t F, int64_t K, int threads, int runs, double min_second
   std::vector<float> phi(size_t(F * K)), u(static_cast<size_t>(K)), out(size_t(threads * F * 16));
   for (size_t i = 0; i < phi.size(); ++i) phi[i] = float((i * 2654435761u) % 1000) * 1e-6f;
   for (size_t i = 0; i < u.size(); ++i) u[i] = float(i % 7) * 0.1f;
-  __builtin_cpu_init();
-  auto* pass = __builtin_cpu_supports("avx512f") ? phi_pass_avx512
-               : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? phi_pass_avx2
-                                                                                  : phi_pass_plain;
   const int64_t vectors = K / 16;  // K is a multiple of 16 at the decode shapes
   cpu_set_t saved;
   sched_getaffinity(0, sizeof saved, &saved);
@@ -127,7 +79,7 @@ Timing time_floor(int64_t F, int64_t K, int threads, int runs, double min_second
   Timing t;
   {
     PersistentThreads workers(threads, [&](int w) {
-      pass(phi.data(), F, K, u.data(), vectors * w / threads * 16, vectors * (w + 1) / threads * 16,
+      floor_pass(phi.data(), F, K, u.data(), vectors * w / threads * 16, vectors * (w + 1) / threads * 16,
            out.data() + w * F * 16);
     });
     t = time_calls([&] { workers.run(); }, runs, min_seconds, 100000);

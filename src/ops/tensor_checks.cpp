@@ -23,13 +23,16 @@ std::string view_shape_string(const TensorView& v) {
   return dims_string(v.shape.data(), std::clamp(v.rank, 0, kMaxRank));
 }
 
-std::string ShapeOption::label() const {
-  if (names.empty()) return text;
+std::string named_dims_string(const NameList& names, const DimList& dims) {
   std::string s = "[";
-  bool first = true;
-  for (const char* n : names) { s += first ? "" : ","; s += n; first = false; }
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i) s += ',';
+    s += names[i];
+  }
   return s + "]=" + dims_string(dims.data(), int(dims.size()));
 }
+
+std::string ShapeOption::label() const { return names.empty() ? text : named_dims_string(names, dims); }
 
 Status null_error(const char* name, const std::string& what) {
   return {StatusCode::null_pointer, ErrorKind::null, std::string(name) + ": " + what};

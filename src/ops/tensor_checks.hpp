@@ -52,6 +52,8 @@ class InlineList {
 };
 using DimList = InlineList<int64_t>;
 using NameList = InlineList<const char*>;
+// "[T,N,N]=[1024,4,4]": dims under their names, as every shape message prints them.
+std::string named_dims_string(const NameList& names, const DimList& dims);
 
 // A shape the tensor may take: its dims and their names. A message prints it as
 // "[T,N,N]=[1024,4,4]" (label()); the text is built only for a message, since

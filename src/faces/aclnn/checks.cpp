@@ -73,12 +73,7 @@ Shape named_shape(ops::NameList names, ops::DimList dims, const char* note) { re
 
 std::string Shape::label() const {
   if (names.empty()) return text.empty() ? std::string(note) : text;
-  std::string label = "[";
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (i) label += ',';
-    label += names[i];
-  }
-  return label + "]=" + ops::dims_string(dims.data(), int(dims.size())) + note;
+  return ops::named_dims_string(names, dims) + note;
 }
 
 const char* private_format_name(int32_t format) {

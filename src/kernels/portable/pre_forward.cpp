@@ -18,8 +18,7 @@ namespace mhc::kernels::portable {
 namespace {
 
 // The lane sums of one slice of one token: F rows of m, then the squares.
-constexpr int64_t kRowLanes = kLanes;
-int64_t slice_floats(const PreShape& d) { return (d.F + 1) * kRowLanes; }
+int64_t slice_floats(const PreShape& d) { return (d.F + 1) * kLanes; }
 
 int64_t forward_scratch_floats(const PreShape& d) {  // v, u = v*gamma, m, h_pre, one slice's lanes, their totals
   return 2 * align16(d.K) + align16(d.F) + align16(d.N) + 2 * align16(slice_floats(d));
@@ -62,8 +61,8 @@ void slice_lanes(const ForwardOperands& o, const float* operand, int64_t slice, 
   const int64_t k0 = slice * kSliceColumns, k1 = std::min(d.K, k0 + kSliceColumns);
   std::fill_n(out, slice_floats(d), 0.0f);
   for (int64_t f = 0; f < d.F; ++f)
-    add_blocks(operand, o.phi.row(f), k0, k1, kSliceColumns, *reinterpret_cast<float(*)[kLanes]>(out + f * kRowLanes));
-  add_blocks(s.v, s.v, k0, k1, kSquareBlockColumns, *reinterpret_cast<float(*)[kLanes]>(out + d.F * kRowLanes));
+    add_blocks(operand, o.phi.row(f), k0, k1, kSliceColumns, *reinterpret_cast<float(*)[kLanes]>(out + f * kLanes));
+  add_blocks(s.v, s.v, k0, k1, kSquareBlockColumns, *reinterpret_cast<float(*)[kLanes]>(out + d.F * kLanes));
 }
 
 // m and the sum of squares from the slices' lanes added in order, then the outputs and h_in.
@@ -71,10 +70,10 @@ void finish_token(const ForwardOperands& o, int64_t t, const Scratch& s, const f
   const PreShape& d = o.shape;
   float lanes[kLanes];
   for (int64_t f = 0; f < d.F; ++f) {
-    std::copy_n(totals + f * kRowLanes, kLanes, lanes);
+    std::copy_n(totals + f * kLanes, kLanes, lanes);
     s.m[f] = fold_lanes(lanes);
   }
-  std::copy_n(totals + d.F * kRowLanes, kLanes, lanes);
+  std::copy_n(totals + d.F * kLanes, kLanes, lanes);
   common::forward_token_finish(o, t, fold_lanes(lanes), s.m, s.h_pre);
   for (int64_t j = 0; j < d.D; ++j) {
     float acc = 0.0f;  // n ascending, in fp32 (SPEC §2)
