@@ -254,15 +254,23 @@ bool ForwardPrepare(const ForwardOperands& o, void* prepared, int64_t part, int6
   const int64_t L = hn::Lanes(DF()), slices = slice_count(d.K);
   const ForwardScratch s = LayOutForwardScratch(scratch, d);
   const DecodeSums sums = DecodeSumsOf(prepared, d);
-  for (int64_t slice = slices * part / parts; slice < slices * (part + 1) / parts; ++slice)
+  for (int64_t slice = slices * part / parts; slice < slices * (part + 1) / parts; ++slice) {
+    float* m = sums.m + slice * d.T * d.F * L;
+    if (d.F <= kRowsPerPass) {  // one pass: the slice's sums laid out as the scratch's, formed in place
+      ForwardScratch in_place = s;
+      in_place.acc = m;
+      in_place.sq_slice = sums.sq + slice * sums.sq_stride;
+      SliceSums(o, in_place, 0, d.T, 0, d.F, slice, true);
+      continue;
+    }
     for (int64_t f0 = 0; f0 < d.F; f0 += kRowsPerPass) {
       const int64_t rows = std::min<int64_t>(kRowsPerPass, d.F - f0);
       SliceSums(o, s, 0, d.T, f0, rows, slice, f0 == 0);
-      float* m = sums.m + slice * d.T * d.F * L;
       for (int64_t t = 0; t < d.T; ++t)
         std::copy_n(s.acc + t * rows * L, rows * L, m + (t * d.F + f0) * L);
       if (f0 == 0) std::copy_n(s.sq_slice, d.T * (L + 1), sums.sq + slice * sums.sq_stride);
     }
+  }
   return true;
 }
 
