@@ -351,7 +351,9 @@ def test_block_parameters_init_and_repr():
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_no_grad_and_any_leading_dims(dtype):
     """Under no_grad the operators run without caches: the same bits as with a graph.
-    Leading dims other than [B,S] / [T] (here [2,3,2] and none) give what [T] gives."""
+    Leading dims other than [B,S] / [T] (here [2,3,2] and none) give what [T] gives. No leading
+    dims is compared with a batch of that one token: torch's Linear (the sub-layer) may give a
+    row other bits inside a larger batch (OpenBLAS's gemm against its gemv)."""
     dt = DTYPES[dtype]
     model = Model()
     x = make_x(dt, lead=(12,))
@@ -359,7 +361,7 @@ def test_no_grad_and_any_leading_dims(dtype):
     with torch.no_grad():
         assert_same_bits("output", model(x), with_graph, "no_grad vs graph")
         assert_same_bits("output", model(x.view(2, 3, 2, N, D)).view(12, D), with_graph, "[2,3,2] vs [12]")
-        assert_same_bits("output", model(x[0]).unsqueeze(0), with_graph[:1], "[N,D] vs [T]")
+        assert_same_bits("output", model(x[0]).unsqueeze(0), model(x[:1]), "[N,D] vs [1]")
     out, gx, grads = run(model, x.view(2, 3, 2, N, D), loss_weights((12,)).view(2, 3, 2, D))
     out_t, gx_t, grads_t = run(model, x)
     assert_same_bits("grad_x", gx.view(12, N, D), gx_t, "[2,3,2] vs [12]")
