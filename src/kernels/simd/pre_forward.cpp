@@ -5,8 +5,8 @@
 // and slices of kSliceColumns columns (pre_forward.hpp): each slice of u (cast to
 // fp32, times gamma) is formed once per pass and stays in cache while every
 // micro-tile of kTileTokens tokens x kTileRows rows runs over it, register-blocked,
-// a block of kBlockColumns columns at a time whose rows of phi are copied to stay
-// in L1. Each slice's lane sums start from zero and are added to the item's totals
+// a block of kPanelColumns columns at a time: one tile's rows of phi over the block
+// are copied (a panel) to stay in L1 while every token tile runs over them. Each slice's lane sums start from zero and are added to the item's totals
 // in slice order; the totals are folded once at the end, so a token's bits depend
 // on K and its own data only (batch invariance). Calls of at most kDecodeTokens
 // tokens (decode) share the slices among the workers instead (the preparation),
@@ -28,12 +28,14 @@
 HWY_BEFORE_NAMESPACE();
 namespace mhc::kernels::simd::HWY_NAMESPACE {
 
-// Columns per block of phi's copy, and the copy's row stride (padded as u's).
-// phi's own rows are K floats apart, a multiple of 4 KiB for the usual K: read in
-// place, every row's line sits in one L1 set and each tile fetches them from L2
-// again (mhc-bench, with 64-token items: a avx512 24.6-26.8 -> 23.2-23.4 ms, avx2
-// 35.2-35.8 -> 31.6-32.8; c and d within noise).
-constexpr int64_t kBlockColumns = 256, kBlockStride = kBlockColumns + 16;
+// Columns per block, and the panel's row stride (padded as u's). phi's own rows are
+// K floats apart, a multiple of 4 KiB for the usual K: read in place, every row's
+// line sits in one L1 set and each tile fetches them from L2 again. A panel of one
+// tile's rows (not a block of all rows) lets each tile run twice as many column
+// vectors per load and store of its accumulators (2-thread avx512 MhcPre medians
+// of 4 interleaved rounds: T=64 D=7168 833-869 -> 778-850 us, T=16 D=4096 136-144
+// -> 128-140 us).
+constexpr int64_t kPanelColumns = 512, kPanelStride = kPanelColumns + 16;
 
 // CastChunk prefetches the row of the token this many ahead (4 against 2, mhc-bench,
 // interleaved: avx512 a 27.6-30.1 -> 25.5-27.4 ms, d 0.87-0.90 -> 0.80-0.88; avx2 within noise).
@@ -46,7 +48,7 @@ struct ForwardScratch {
   float* sq_slice; // [kTokensPerItem][L] one slice's lane sums of v^2, then [kTokensPerItem] its scalar tails
   float* sum_sq;   // the same for the slices added in order
   float* phi_tail; // [rows][L] the last, partial, column vector of phi, zero-padded
-  float* phi_chunk; // [rows][kBlockStride] the pass's rows of phi over a block of columns
+  float* phi_panel; // [kTileRows][kPanelStride] one tile's rows of phi over a block of columns
   float* m;        // [kTokensPerItem][F]
   float* h_pre;    // [N]
 };
@@ -54,7 +56,7 @@ struct ForwardScratch {
 int64_t ForwardScratchFloats(const PreShape& d) {
   const int64_t L = hn::Lanes(DF()), tokens = kTokensPerItem;
   const int64_t rows = std::min<int64_t>(d.F, kRowsPerPass);
-  return tokens * kURowFloats + 2 * tokens * rows * L + 2 * tokens * (L + 1) + rows * L + rows * kBlockStride +
+  return tokens * kURowFloats + 2 * tokens * rows * L + 2 * tokens * (L + 1) + rows * L + kTileRows * kPanelStride +
          tokens * d.F + d.N + 9 * 16;  // alignment slack
 }
 
@@ -70,7 +72,7 @@ static ForwardScratch LayOutForwardScratch(float* base, const PreShape& d) {
   s.sq_slice = take(tokens * (L + 1));
   s.sum_sq = take(tokens * (L + 1));
   s.phi_tail = take(rows * L);
-  s.phi_chunk = take(rows * kBlockStride);
+  s.phi_panel = take(kTileRows * kPanelStride);
   s.m = take(tokens * d.F);
   s.h_pre = take(d.N);
   return s;
@@ -204,18 +206,23 @@ static void SliceSums(const ForwardOperands& o, const ForwardScratch& s, int64_t
   // ascending order, so the bits are those of one pass over the slice. An
   // item of one tile's tokens reads phi once: it runs over phi's rows.
   const bool copy_phi = tokens > kTileTokens;
-  for (int64_t c0 = k0; c0 < full_end; c0 += kBlockColumns) {
-    const int64_t c1 = std::min(full_end, c0 + kBlockColumns);
+  for (int64_t c0 = k0; c0 < full_end; c0 += kPanelColumns) {
+    const int64_t c1 = std::min(full_end, c0 + kPanelColumns), vectors = (c1 - c0) / L;
     if (!copy_phi) {
-      RunTiles(s, tokens, rows, c0 - k0, phi + f0 * phi_rs + c0, phi_rs, (c1 - c0) / L);
+      RunTiles(s, tokens, rows, c0 - k0, phi + f0 * phi_rs + c0, phi_rs, vectors);
       continue;
     }
-    for (int64_t f = 0; f < rows; ++f) {
-      float* row = s.phi_chunk + f * kBlockStride;
-      const float* from = phi + (f0 + f) * phi_rs;
-      for (int64_t k = c0; k < c1; k += L) hn::Store(hn::LoadU(df, from + k), df, row + (k - c0));
+    for (int64_t fr = 0; fr < rows; fr += kTileRows) {
+      const int tile_rows = int(std::min<int64_t>(kTileRows, rows - fr));
+      for (int f = 0; f < tile_rows; ++f) {
+        float* row = s.phi_panel + f * kPanelStride;
+        const float* from = phi + (f0 + fr + f) * phi_rs;
+        for (int64_t k = c0; k < c1; k += L) hn::Store(hn::LoadU(df, from + k), df, row + (k - c0));
+      }
+      for (int64_t tt = 0; tt < tokens; tt += kTileTokens)
+        RunTile(int(std::min<int64_t>(kTileTokens, tokens - tt)), tile_rows, s.u + tt * kURowFloats + (c0 - k0),
+                s.phi_panel, kPanelStride, vectors, s.acc + (tt * rows + fr) * L, rows * L);
     }
-    RunTiles(s, tokens, rows, c0 - k0, s.phi_chunk, kBlockStride, (c1 - c0) / L);
   }
   if (k_end > full_end && full_end >= k0) {  // the partial last column vector, zero-padded
     std::fill_n(s.phi_tail, rows * L, 0.0f);
