@@ -84,14 +84,18 @@ class Pool {
   // 0, helpers 1..workers-1); returns when all are done. Call with the lease held
   // and workers - 1 <= grow(...).
   void run(int64_t items, int workers, const std::function<void(int64_t, int)>& body) {
+    uint64_t generation = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       body_ = &body;
       items_ = items;
       workers_ = workers;
       unfinished_.store(workers - 1, std::memory_order_relaxed);
-      posted_.store(++generation_, std::memory_order_release);
+      generation = ++generation_;
     }
+    // Posted after the unlock: a polling helper that sees it must not find the mutex
+    // held, or it sleeps on the futex and needs a wake-up (a VM exit on KVM).
+    posted_.store(generation, std::memory_order_release);
     wake_.notify_all();
     std::exception_ptr failure;
     try {
@@ -99,10 +103,12 @@ class Pool {
     } catch (...) {
       failure = std::current_exception();  // the helpers still use body: wait for them first
     }
-    auto helpers_done = [&] { return unfinished_.load(std::memory_order_acquire) == 0; };
+    auto helpers_done = [&] { return unfinished_.load(std::memory_order_seq_cst) == 0; };
     if (!spin_until(helpers_done)) {
       std::unique_lock<std::mutex> lock(mutex_);
+      caller_waits_.store(true, std::memory_order_seq_cst);  // then helpers_done, under the lock
       done_.wait(lock, helpers_done);
+      caller_waits_.store(false, std::memory_order_relaxed);
     }
     std::lock_guard<std::mutex> lock(mutex_);
     body_ = nullptr;
@@ -129,7 +135,11 @@ class Pool {
       if (!ran) continue;  // not needed for this job
       lock.unlock();
       run_share(index);
-      if (unfinished_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // The last helper wakes a caller that gave up polling. Either the caller sees
+      // unfinished_ at zero or this sees caller_waits_ (both seq_cst), so a caller
+      // still polling is not made to contend for the mutex.
+      if (unfinished_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+          caller_waits_.load(std::memory_order_seq_cst)) {
         lock.lock();  // the caller may be between its check and its wait
         done_.notify_one();
       }
@@ -147,6 +157,7 @@ class Pool {
   bool stopping_ = false;
   std::atomic<uint64_t> posted_{0};  // generation_, for polling without the mutex
   std::atomic<int> unfinished_{0};   // helpers still running the job
+  std::atomic<bool> caller_waits_{false};  // the caller sleeps on done_ (or is about to)
 };
 
 Pool& pool() {
