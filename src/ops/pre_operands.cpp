@@ -24,12 +24,7 @@ bool within_limit(int64_t a, int64_t b, int64_t* product) {
 }
 
 ShapeOption TokenSpace::shape(std::initializer_list<const char*> names, DimList inner) const {
-  ShapeOption option;
-  if (dims.bsnd) option.dims = {dims.B, dims.S}, option.names = {"B", "S"};
-  else option.dims = {dims.T}, option.names = {"T"};
-  option.dims.append(inner.begin(), inner.end());
-  option.names.append(names.begin(), names.end());
-  return option;
+  return per_token_shape(dims.bsnd, dims.bsnd ? DimList{dims.B, dims.S} : DimList{dims.T}, names, inner);
 }
 
 Status check_x(const char* name, const TensorView& x, TokenSpace* space) {

@@ -32,6 +32,16 @@ std::string named_dims_string(const NameList& names, const DimList& dims) {
   return s + "]=" + dims_string(dims.data(), int(dims.size()));
 }
 
+ShapeOption per_token_shape(bool bsnd, const DimList& lead, std::initializer_list<const char*> names,
+                            const DimList& inner) {
+  ShapeOption option;
+  option.dims = lead;
+  option.dims.append(inner.begin(), inner.end());
+  option.names = bsnd ? NameList{"B", "S"} : NameList{"T"};
+  option.names.append(names.begin(), names.end());
+  return option;
+}
+
 std::string ShapeOption::label() const { return names.empty() ? text : named_dims_string(names, dims); }
 
 Status null_error(const char* name, const std::string& what) {

@@ -64,6 +64,10 @@ struct ShapeOption {
   std::string text = {};  // the label as given, when there are no names
   std::string label() const;
 };
+// A per-token shape: the token dims `lead` (named B,S when `bsnd`, else T), then
+// `inner` named `names`.
+ShapeOption per_token_shape(bool bsnd, const DimList& lead, std::initializer_list<const char*> names,
+                            const DimList& inner);
 // The shapes a tensor may take (at most two anywhere: h_res's).
 using ShapeOptions = InlineList<ShapeOption, 4>;
 

@@ -99,12 +99,8 @@ bool is_plain_format(int32_t format) {
 }
 
 Shape TokenDims::per_token(std::initializer_list<const char*> names, ops::DimList inner) const {
-  Shape shape;
-  shape.names = bsnd ? ops::NameList{"B", "S"} : ops::NameList{"T"};
-  shape.names.append(names.begin(), names.end());
-  shape.dims = ops::DimList(lead.begin(), lead.end());
-  shape.dims.append(inner.begin(), inner.end());
-  return shape;
+  const ops::ShapeOption option = ops::per_token_shape(bsnd, lead, names, inner);
+  return {option.dims, option.names};
 }
 
 TokenDims token_dims(const std::vector<int64_t>& x) {
