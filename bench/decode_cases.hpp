@@ -15,7 +15,8 @@ namespace mhc_bench {
 
 struct DecodeFloor {
   int64_t D = 0;
-  Timing timing;  // one pass of phi, all threads
+  Timing timing;  // one pass of phi, all threads: the faster row blocking
+  bool all_registers = false;  // which (floor_pass.hpp)
 };
 
 struct DecodeRow {

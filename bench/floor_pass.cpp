@@ -15,19 +15,12 @@ namespace mhc_bench::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // Each element of phi is loaded once and meets one FMA; u's vector is loaded once
-// per column vector for a block of rows whose accumulators stay in registers
-// (24 where there are 32 vector registers, 12 where there are 16).
-void FloorPass(const float* phi, int64_t F, int64_t K, const float* u, int64_t c0, int64_t c1, float* out) {
+// per column vector for a block of kRows rows whose accumulators stay in registers.
+#if !HWY_HAVE_SCALABLE
+template <int kRows>
+void PassRows(const float* phi, int64_t F, int64_t K, const float* u, int64_t c0, int64_t c1, float* out) {
   const hn::ScalableTag<float> d;
   const int64_t lanes = int64_t(hn::Lanes(d));
-#if HWY_HAVE_SCALABLE
-  for (int64_t f = 0; f < F; ++f) {  // sizeless vectors cannot form an array: one row at a time
-    auto acc = hn::Zero(d);
-    for (int64_t c = c0; c < c1; c += lanes) acc = hn::MulAdd(hn::LoadU(d, phi + f * K + c), hn::LoadU(d, u + c), acc);
-    hn::StoreU(acc, d, out + f * 16);
-  }
-#else
-  constexpr int kRows = HWY_MAX_BYTES >= 64 ? 24 : 12;
   for (int64_t f0 = 0; f0 < F; f0 += kRows) {
     const int rows = int(std::min<int64_t>(kRows, F - f0));
     hn::Vec<decltype(d)> acc[kRows];
@@ -40,6 +33,24 @@ void FloorPass(const float* phi, int64_t F, int64_t K, const float* u, int64_t c
     }
     for (int r = 0; r < rows; ++r) hn::StoreU(acc[r], d, out + (f0 + r) * 16);
   }
+}
+#endif
+
+void FloorPass(const float* phi, int64_t F, int64_t K, const float* u, int64_t c0, int64_t c1, float* out,
+               bool all_registers) {
+#if HWY_HAVE_SCALABLE
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = int64_t(hn::Lanes(d));
+  for (int64_t f = 0; f < F; ++f) {  // sizeless vectors cannot form an array: one row at a time
+    auto acc = hn::Zero(d);
+    for (int64_t c = c0; c < c1; c += lanes) acc = hn::MulAdd(hn::LoadU(d, phi + f * K + c), hn::LoadU(d, u + c), acc);
+    hn::StoreU(acc, d, out + f * 16);
+  }
+  (void)all_registers;
+#else
+  // 24 accumulators where there are 32 vector registers, 12 where there are 16.
+  if (all_registers) return PassRows<HWY_MAX_BYTES >= 64 ? 24 : 12>(phi, F, K, u, c0, c1, out);
+  PassRows<kFloorNarrowRows>(phi, F, K, u, c0, c1, out);
 #endif
 }
 
@@ -50,15 +61,17 @@ HWY_AFTER_NAMESPACE();
 namespace mhc_bench {
 HWY_EXPORT(FloorPass);
 
-void floor_pass(const float* phi, int64_t F, int64_t K, const float* u, int64_t c0, int64_t c1, float* out) {
-  HWY_DYNAMIC_DISPATCH(FloorPass)(phi, F, K, u, c0, c1, out);
+void floor_pass(const float* phi, int64_t F, int64_t K, const float* u, int64_t c0, int64_t c1, float* out,
+                bool all_registers) {
+  HWY_DYNAMIC_DISPATCH(FloorPass)(phi, F, K, u, c0, c1, out, all_registers);
 }
 }  // namespace mhc_bench
 #endif  // HWY_ONCE
 
 #else  // without Highway: one lane per row
 namespace mhc_bench {
-void floor_pass(const float* phi, int64_t F, int64_t K, const float* u, int64_t c0, int64_t c1, float* out) {
+void floor_pass(const float* phi, int64_t F, int64_t K, const float* u, int64_t c0, int64_t c1, float* out,
+                bool) {
   for (int64_t f = 0; f < F; ++f) {
     float acc = 0;
     for (int64_t c = c0; c < c1; ++c) acc += phi[f * K + c] * u[c];

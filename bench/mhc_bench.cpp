@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "decode_cases.hpp"
+#include "floor_pass.hpp"
 #include "json_writer.hpp"
 #include "layer_cases.hpp"
 #include "machine_probes.hpp"
@@ -307,13 +308,16 @@ int run(int argc, char** argv) {
     max_foreign = std::max(max_foreign, busy);
     std::printf("\ndecode: MhcPre forward, N=4 bf16 with gamma; floor: phi streamed once through FMAs on %d "
                 "persistent threads\n", cl.threads);
-    for (const DecodeFloor& f : d.floors) std::printf("floor D=%-5lld %10.4f ms\n", (long long)f.D, f.timing.median());
+    for (const DecodeFloor& f : d.floors)
+      std::printf("floor D=%-5lld %10.4f ms  (rows of phi %s at a time)\n", (long long)f.D, f.timing.median(),
+                  f.all_registers ? "as many as the registers hold" : std::to_string(kFloorNarrowRows).c_str());
     std::printf("%-5s %-5s %10s %10s %10s %8s %11s %8s %5s\n", "D", "T", "ms", "aclnn ms", "floor ms", "/floor",
                 "FMA bnd ms", "of FMA", "busy");
     j.key("decode_floors").begin_array();
     for (const DecodeFloor& f : d.floors) {
       j.begin_object();
       j.field("D", f.D).field("floor_ms", f.timing.median()).field("runs", int(f.timing.ms.size()));
+      j.field("floor_all_register_rows", f.all_registers);
       j.end_object();
     }
     j.end_array();
