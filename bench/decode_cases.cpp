@@ -93,7 +93,9 @@ Timing time_floor(int64_t F, int64_t K, int threads, int runs, double min_second
 
 // ---- aclnn's two phases ----------------------------------------------------------
 aclTensor* acl_tensor(const mhc::TensorView& v) {
-  const aclDataType type = v.dtype == mhc::DType::bf16 ? ACL_BF16 : v.dtype == mhc::DType::fp16 ? ACL_FLOAT16 : ACL_FLOAT;
+  const aclDataType type = v.dtype == mhc::DType::bf16   ? ACL_BF16
+                           : v.dtype == mhc::DType::fp16 ? ACL_FLOAT16
+                                                         : ACL_FLOAT;
   return aclCreateTensor(v.shape.data(), uint64_t(v.rank), type, v.strides.data(), 0, ACL_FORMAT_ND, v.shape.data(),
                          uint64_t(v.rank), v.data);
 }

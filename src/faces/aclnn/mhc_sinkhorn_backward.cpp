@@ -58,9 +58,9 @@ aclnnStatus cache_iterations(const Checks& c, const SinkhornBackwardArgs& a, con
   if (norm_step == INT64_MAX || norm_count == 0 || norm_count % norm_step != 0)
     return c.fail(ACLNN_ERR_PARAM_INVALID,
                   "normOut: expected 2*I*T*N*Na floats (T=" +
-                      std::to_string(element_count({t.lead.begin(), t.lead.end()})) + ", N=" + std::to_string(t.N) + ", Na=" + std::to_string(one.pitch) + "; a multiple of " +
-                      std::to_string(norm_step) + "), got " + std::to_string(norm_count) + " " +
-                      dims_text(norm.dims));
+                      std::to_string(element_count({t.lead.begin(), t.lead.end()})) + ", N=" + std::to_string(t.N) +
+                      ", Na=" + std::to_string(one.pitch) + "; a multiple of " + std::to_string(norm_step) +
+                      "), got " + std::to_string(norm_count) + " " + dims_text(norm.dims));
   *iterations = norm_count / norm_step;
   const int64_t sum_expected = element_count({sum_step, *iterations});
   if (sum_count != sum_expected)

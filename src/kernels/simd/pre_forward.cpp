@@ -6,7 +6,8 @@
 // fp32, times gamma) is formed once per pass and stays in cache while every
 // micro-tile of kTileTokens tokens x kTileRows rows runs over it, register-blocked,
 // a block of kPanelColumns columns at a time: one tile's rows of phi over the block
-// are copied (a panel) to stay in L1 while every token tile runs over them. Each slice's lane sums start from zero and are added to the item's totals
+// are copied (a panel) to stay in L1 while every token tile runs over them. Each
+// slice's lane sums start from zero and are added to the item's totals
 // in slice order; the totals are folded once at the end, so a token's bits depend
 // on K and its own data only (batch invariance). Calls of at most kDecodeTokens
 // tokens (decode) share the slices among the workers instead (the preparation),
