@@ -6,13 +6,13 @@
 #      (tests/fuzz/corpus), then fuzz for MHC_FUZZ_SECONDS each.
 # Exits non-zero on any failure; the last line is "hardening: N passed, M failed",
 # counting tests (ctest and GoogleTest cases) and fuzz runs.
-# Environment: MHC_HARDENING_DIR (default build-hardening), MHC_FUZZ_SECONDS (default 20),
+# Environment: MHC_HARDENING_DIR (default build-hardening), MHC_FUZZ_SECONDS (default 10),
 # MHC_HARDENING_STEPS (default "asan tsan fuzz").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 out=${MHC_HARDENING_DIR:-$root/build-hardening}
-fuzz_seconds=${MHC_FUZZ_SECONDS:-20}
+fuzz_seconds=${MHC_FUZZ_SECONDS:-10}
 steps=${MHC_HARDENING_STEPS:-asan tsan fuzz}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
