@@ -12,24 +12,24 @@
 #     included, and the binaries whose results follow the default family (oracle agreement,
 #     strided views, determinism, edge cases, concurrency: ctest's per-MHC_ISA set) again with
 #     each family forced in turn (MHC_ISA=neon, portable, reference);
-#   - sve128, sve2: every other suite with dispatch's family, and the per-family binaries with
-#     that family forced (sve; sve2), but LONG_CASES; on sve2 the oracle agreement and strided
-#     views with sve forced (sve128 runs sve whole); the strided views with neon, portable and
-#     reference forced (their code is the one the neon target runs whole);
-#   - sve256, sve512: the suites of wide_suites with dispatch's family (sve: the kernel
-#     testers, the bitwise pins, the Sinkhorn's suite, ...) and the decode path's batch
-#     invariance for bf16 x, the oracle's cases at D = 100 and the strided views with sve
-#     forced, the strided views with neon, portable and reference forced.
-# The suites that loop over families themselves (bitwise identity, the layer operators, the
-# kernel testers) check every family the CPU has in the dispatch run. The aclnn examples run
-# on each CPU and are checked as ctest checks them. The two lanes of targets (neon, sve2;
-# sve512, sve256, sve128) run side by side.
+#   - sve128, sve2: every suite with dispatch's family (sve; sve2), but LONG_CASES;
+#   - sve512: the suites of wide_suites with dispatch's family (sve: the kernel testers, the
+#     bitwise pins, the Sinkhorn's suite, ...), the decode path's batch invariance for bf16 x,
+#     and with sve forced the oracle's cases at D = 100 and the strided views;
+#   - sve256: what depends on the vector width alone (width_suites: the kernel testers, the
+#     bitwise pins), the decode path's batch invariance for bf16 x and, with sve forced, the
+#     oracle's cases at D = 100: its kernels are those sve128 and sve512 run at either side.
+# A family forced on a CPU other than the one listed runs the same instructions there, so it
+# is not repeated (neon, portable and reference run whole on neon; sve on sve128). The suites
+# that loop over families themselves (bitwise identity, the layer operators, the kernel
+# testers) check every family the CPU has in the dispatch run. The aclnn examples run on
+# each CPU and are checked as ctest checks them. The two lanes of targets run side by side.
 #
 # Left out, as qemu cannot afford or emulate them (the x86-64 run has all of it):
 #   - on sve256 and sve512, the determinism, concurrency, edge-case, post, fused-pair and HF32
-#     suites and most of the oracle's cases: qemu makes the scalar floating-point code that
-#     follows any SVE instruction 10-25 times slower once vectors exceed 128 bits, and those
-#     cases are mostly harness code; their SVE kernels are the ones sve128 runs whole at
+#     suites and most of the oracle's cases (on sve256 also the rest of wide_suites): qemu
+#     makes the scalar floating-point code that follows any SVE instruction 10-25 times slower
+#     once vectors exceed 128 bits, and those cases are mostly harness code; their SVE kernels are the ones sve128 runs whole at
 #     another width, and the kernel testers hold each one to its stated order at this width;
 #   - LONG_CASES everywhere but neon (one batch-invariance case at D = 4100, the post's
 #     thread-count sweep: 84 s of the neon run);
@@ -99,9 +99,6 @@ note_fail() { failed=$((failed + 1)); failures+=("$1"); echo "!! arm64: FAILED: 
 declare -A cpu=([neon]="max,sve=off" [sve128]="a64fx,sve128=on" [sve256]="a64fx,sve256=on"
                 [sve512]="a64fx,sve512=on" [sve2]="max,sve128=on")
 declare -A dispatch=([neon]=neon [sve128]=sve [sve256]=sve [sve512]=sve [sve2]=sve2)
-declare -A families=([neon]="neon portable reference" [sve128]="sve neon portable reference"
-                     [sve256]="sve neon portable reference" [sve512]="sve neon portable reference"
-                     [sve2]="sve2 sve neon portable reference")
 targets=(${MHC_ARM64_TARGETS:-neon sve128 sve256 sve512 sve2})
 
 suites=(tests/cpp/mhc_alpha_forms_test tests/cpp/mhc_bitwise_identity_test tests/cpp/mhc_concurrency_test
@@ -114,15 +111,14 @@ suites=(tests/cpp/mhc_alpha_forms_test tests/cpp/mhc_bitwise_identity_test tests
 # As tests/cpp/CMakeLists.txt registers them once per MHC_TEST_ISAS entry.
 per_family=(tests/cpp/mhc_oracle_agreement_test tests/cpp/mhc_strided_views_test tests/cpp/mhc_determinism_test
             tests/cpp/mhc_edge_cases_test tests/cpp/mhc_concurrency_test)
-# sve forced on the sve2 CPU (sve128 runs it whole): the two binaries that hold every output
-# of both operators against float64 and across layouts.
-per_family_short=(tests/cpp/mhc_oracle_agreement_test tests/cpp/mhc_strided_views_test)
-# sve256 and sve512 (see the top): the suites whose cases are mostly the kernels' own work;
+# sve512 (see the top): the suites whose cases are mostly the kernels' own work; sve256: those
+# of them whose results depend on the vector width;
 # with sve forced, the oracle's cases at D = 100 (whole vectors and a ragged end at each width).
 wide_suites=(tests/kernels/mhc_kernel_tests tests/cpp/mhc_bitwise_identity_test tests/cpp/mhc_strided_views_test
              tests/cpp/mhc_sinkhorn_test tests/cpp/mhc_alpha_forms_test tests/cpp/mhc_finite_difference_test
              tests/cpp/mhc_validation_test tests/cpp/mhc_dtype_conversion_test tests/aclnn/mhc_aclnn_tests
              tests/aclnn/mhc_aclnn_layer_tests)
+width_suites=(tests/kernels/mhc_kernel_tests tests/cpp/mhc_bitwise_identity_test)
 WIDE_ORACLE="KernelSelection.*:*_D100_*"
 # sve256 and sve512: the decode path's batch invariance for bf16 x (its lane sums are laid out
 # by the vector width; fp16 and fp32 differ only in the load, which sve128 runs).
@@ -215,33 +211,28 @@ run_target() {
   passed=0 failed=0 skipped=0 failures=()
   {
     echo "== arm64: $target (qemu -cpu ${cpu[$target]}; dispatch: ${dispatch[$target]})"
-    local wide=0
-    case $target in sve256|sve512) wide=1 ;; esac
-    if [ "$target" = neon ]; then  # the full suites once, with the long cases
-      for binary in "${suites[@]}"; do run_suite "$target" dispatch "$binary" "-$QEMU_EXCLUDED"; done
-    elif [ "$wide" -eq 0 ]; then  # the per-family binaries run next with this family forced
-      for binary in "${suites[@]}"; do
-        [[ " ${per_family[*]} " == *" $binary "* ]] && continue
-        run_suite "$target" dispatch "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"
-      done
-    else
-      for binary in "${wide_suites[@]}"; do run_suite "$target" dispatch "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"; done
-      run_suite "$target" dispatch tests/cpp/mhc_decode_invariance_test "$WIDE_DECODE"
-    fi
-    for family in ${families[$target]}; do
-      if [ "$wide" -eq 1 ] && [ "$family" = sve ]; then
-        run_suite "$target" sve tests/cpp/mhc_oracle_agreement_test "$WIDE_ORACLE-$QEMU_EXCLUDED"
-        run_suite "$target" sve tests/cpp/mhc_strided_views_test "-$QEMU_EXCLUDED"
-      elif [ "$target" = neon ] || [ "$family" = "${dispatch[$target]}" ]; then  # the CPU's best
-        for binary in "${per_family[@]}"; do run_suite "$target" "$family" "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"; done
-      elif [ "$family" != sve ]; then  # neon, portable, reference: the code the neon target runs whole
-        run_suite "$target" "$family" tests/cpp/mhc_strided_views_test "-$QEMU_EXCLUDED"
-      else  # sve on the sve2 CPU: the code sve128 runs whole; a smaller set
-        for binary in "${per_family_short[@]}"; do
-          run_suite "$target" "$family" "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"
+    case $target in
+      neon)  # the full suites once, with the long cases, then each family forced
+        for binary in "${suites[@]}"; do run_suite "$target" dispatch "$binary" "-$QEMU_EXCLUDED"; done
+        for family in neon portable reference; do
+          for binary in "${per_family[@]}"; do run_suite "$target" "$family" "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"; done
+        done ;;
+      sve128|sve2)  # the per-family binaries run with this CPU's family forced
+        for binary in "${suites[@]}"; do
+          [[ " ${per_family[*]} " == *" $binary "* ]] && continue
+          run_suite "$target" dispatch "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"
         done
-      fi
-    done
+        for binary in "${per_family[@]}"; do
+          run_suite "$target" "${dispatch[$target]}" "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"
+        done ;;
+      sve256|sve512)
+        local -a own=("${wide_suites[@]}")
+        [ "$target" = sve256 ] && own=("${width_suites[@]}")
+        for binary in "${own[@]}"; do run_suite "$target" dispatch "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"; done
+        run_suite "$target" dispatch tests/cpp/mhc_decode_invariance_test "$WIDE_DECODE"
+        run_suite "$target" sve tests/cpp/mhc_oracle_agreement_test "$WIDE_ORACLE-$QEMU_EXCLUDED"
+        if [ "$target" = sve512 ]; then run_suite "$target" sve tests/cpp/mhc_strided_views_test "-$QEMU_EXCLUDED"; fi ;;
+    esac
     # The examples, as tests/aclnn/CMakeLists.txt checks them.
     for sample in forward backward; do
       program=aclnn_mhc_pre
