@@ -9,28 +9,32 @@
 #   sve2    -cpu max,sve128=on     SVE2, 128-bit vectors (Neoverse N2/V2)  dispatch: sve2
 # What runs where (C++ GoogleTest suites of tests/cpp, tests/kernels, tests/aclnn):
 #   - neon: every suite with the family dispatch chooses (checked: MHC_EXPECT_ISA), long cases
-#     included, and the binaries whose results follow the default family (oracle agreement,
+#     included (the suites that check each family in turn cover neon, portable and reference
+#     there), and the binaries whose results follow the default family (oracle agreement,
 #     strided views, determinism, edge cases, concurrency: ctest's per-MHC_ISA set) again with
-#     each family forced in turn (MHC_ISA=neon, portable, reference);
-#   - sve128, sve2: every suite with dispatch's family (sve; sve2), but LONG_CASES;
-#   - sve512: the suites of wide_suites with dispatch's family (sve: the kernel testers, the
-#     bitwise pins, the Sinkhorn's suite, ...), the decode path's batch invariance for bf16 x,
-#     and with sve forced the oracle's cases at D = 100 and the strided views;
+#     portable and reference forced;
+#   - sve128, sve2: every suite but LONG_CASES; the per-family binaries and those that check
+#     each family in turn (own_family: bitwise identity, decode batch invariance) with the
+#     CPU's own family forced (sve; sve2), the rest with dispatch;
+#   - sve512: wide_suites (the kernel testers, the bitwise pins, the strided views, the
+#     Sinkhorn's suite, ...), the decode path's batch invariance for bf16 x and the oracle's
+#     cases at D = 100, forced to sve as above;
 #   - sve256: what depends on the vector width alone (width_suites: the kernel testers, the
-#     bitwise pins), the decode path's batch invariance for bf16 x and, with sve forced, the
-#     oracle's cases at D = 100: its kernels are those sve128 and sve512 run at either side.
+#     bitwise pins), the decode path's batch invariance for bf16 x and the oracle's cases at
+#     D = 100: its kernels are those sve128 and sve512 run at either side.
 # A family forced on a CPU other than the one listed runs the same instructions there, so it
-# is not repeated (neon, portable and reference run whole on neon; sve on sve128). The suites
-# that loop over families themselves (bitwise identity, the layer operators, the kernel
-# testers) check every family the CPU has in the dispatch run. The aclnn examples run on
-# each CPU and are checked as ctest checks them. The two lanes of targets run side by side.
+# is not repeated (neon, portable and reference run whole on neon; sve on sve128). The aclnn
+# examples run on each CPU and are checked as ctest checks them. The two lanes of targets run
+# side by side, each suite's line printed as it ends; a binary still running after 900 s is
+# stopped and counted as a failure.
 #
 # Left out, as qemu cannot afford or emulate them (the x86-64 run has all of it):
 #   - on sve256 and sve512, the determinism, concurrency, edge-case, post, fused-pair and HF32
 #     suites and most of the oracle's cases (on sve256 also the rest of wide_suites): qemu
 #     makes the scalar floating-point code that follows any SVE instruction 10-25 times slower
-#     once vectors exceed 128 bits, and those cases are mostly harness code; their SVE kernels are the ones sve128 runs whole at
-#     another width, and the kernel testers hold each one to its stated order at this width;
+#     once vectors exceed 128 bits, and those cases are mostly harness code; their SVE
+#     kernels are the ones sve128 runs whole at another width, and the kernel testers hold
+#     each one to its stated order at this width;
 #   - LONG_CASES everywhere but neon (one batch-invariance case at D = 4100, the post's
 #     thread-count sweep: 84 s of the neon run);
 #   - EdgeSizes.WorkspaceBeyondMemory* and EdgeSizes.PortablePlanWithAbsurdThreadCount*: they map
@@ -44,8 +48,8 @@
 # (neon, sve/<bits>, sve2/<bits> in tests/cpp/bitwise_hashes.txt) on each CPU, keeping the
 # other families' lines, then runs the check: for a change meant to alter the kernels' bits.
 # Environment: MHC_ARM64_DIR (default build-arm64), MHC_ARM64_TARGETS (default neon sve128
-# sve512 sve2; sve256, whose vector width sve128 and sve512 bracket, took 686 s of the test
-# command's time and runs when named, e.g. MHC_ARM64_TARGETS="neon sve128 sve256 sve512 sve2").
+# sve512 sve2; sve256, whose vector width sve128 and sve512 bracket, runs when named, e.g.
+# MHC_ARM64_TARGETS="neon sve128 sve256 sve512 sve2").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -113,9 +117,11 @@ suites=(tests/cpp/mhc_alpha_forms_test tests/cpp/mhc_bitwise_identity_test tests
 # As tests/cpp/CMakeLists.txt registers them once per MHC_TEST_ISAS entry.
 per_family=(tests/cpp/mhc_oracle_agreement_test tests/cpp/mhc_strided_views_test tests/cpp/mhc_determinism_test
             tests/cpp/mhc_edge_cases_test tests/cpp/mhc_concurrency_test)
+# The suites that check each family in turn, narrowed to the one MHC_ISA names (families_under_test).
+own_family=(tests/cpp/mhc_bitwise_identity_test tests/cpp/mhc_decode_invariance_test)
 # sve512 (see the top): the suites whose cases are mostly the kernels' own work; sve256: those
-# of them whose results depend on the vector width;
-# with sve forced, the oracle's cases at D = 100 (whole vectors and a ragged end at each width).
+# of them whose results depend on the vector width; both: the oracle's cases at D = 100
+# (whole vectors and a ragged end at each width).
 wide_suites=(tests/kernels/mhc_kernel_tests tests/cpp/mhc_bitwise_identity_test tests/cpp/mhc_strided_views_test
              tests/cpp/mhc_sinkhorn_test tests/cpp/mhc_alpha_forms_test tests/cpp/mhc_finite_difference_test
              tests/cpp/mhc_validation_test tests/cpp/mhc_dtype_conversion_test tests/aclnn/mhc_aclnn_tests
@@ -138,7 +144,7 @@ LONG_CASES="*BatchInvariance*D4100_T520*:PostDeterminism.ThreadCountsGiveTheSame
 qemu_run() {  # qemu_run TARGET PROGRAM ARGS...
   local target=$1
   shift
-  GLIBC_TUNABLES=glibc.cpu.name=generic timeout 3600 qemu-aarch64 -L / -cpu "${cpu[$target]}" "$@"
+  GLIBC_TUNABLES=glibc.cpu.name=generic timeout 900 qemu-aarch64 -L / -cpu "${cpu[$target]}" "$@"
 }
 
 # run_suite TARGET FAMILY BINARY FILTER: one GoogleTest binary, FAMILY "dispatch" or forced.
@@ -207,33 +213,37 @@ fi
 
 # --- the runs: two lanes of targets side by side (the machine's two cores; most of a case's
 # time under qemu is one thread of harness code), each target's results in $logs/$target.*.
-# run_target TARGET: the dispatch run, the forced runs and the examples of one CPU.
+# family_for TARGET BINARY: on an SVE CPU the per-family binaries and those that check each
+# family in turn run with the CPU's own family forced (see the top), the others with dispatch.
+family_for() {
+  if [[ " ${per_family[*]} ${own_family[*]} " == *" $2 "* ]]; then echo "${dispatch[$1]}"; else echo dispatch; fi
+}
+
+# run_target TARGET: the dispatch run, the forced runs and the examples of one CPU; its lines
+# are printed as they come (a lane's progress shows in the log) and kept in $logs/$target.summary.
 run_target() {
   local target=$1 t=$SECONDS family binary program sample dump
   passed=0 failed=0 skipped=0 failures=()
   {
     echo "== arm64: $target (qemu -cpu ${cpu[$target]}; dispatch: ${dispatch[$target]})"
     case $target in
-      neon)  # the full suites once, with the long cases, then each family forced
+      neon)  # the full suites once, with the long cases, then portable and reference forced
         for binary in "${suites[@]}"; do run_suite "$target" dispatch "$binary" "-$QEMU_EXCLUDED"; done
-        for family in neon portable reference; do
+        for family in portable reference; do
           for binary in "${per_family[@]}"; do run_suite "$target" "$family" "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"; done
         done ;;
-      sve128|sve2)  # the per-family binaries run with this CPU's family forced
+      sve128|sve2)
         for binary in "${suites[@]}"; do
-          [[ " ${per_family[*]} " == *" $binary "* ]] && continue
-          run_suite "$target" dispatch "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"
-        done
-        for binary in "${per_family[@]}"; do
-          run_suite "$target" "${dispatch[$target]}" "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"
+          run_suite "$target" "$(family_for "$target" "$binary")" "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"
         done ;;
       sve256|sve512)
-        local -a own=("${wide_suites[@]}")
-        [ "$target" = sve256 ] && own=("${width_suites[@]}")
-        for binary in "${own[@]}"; do run_suite "$target" dispatch "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"; done
-        run_suite "$target" dispatch tests/cpp/mhc_decode_invariance_test "$WIDE_DECODE"
-        run_suite "$target" sve tests/cpp/mhc_oracle_agreement_test "$WIDE_ORACLE-$QEMU_EXCLUDED"
-        if [ "$target" = sve512 ]; then run_suite "$target" sve tests/cpp/mhc_strided_views_test "-$QEMU_EXCLUDED"; fi ;;
+        local -a chosen=("${wide_suites[@]}")
+        [ "$target" = sve256 ] && chosen=("${width_suites[@]}")
+        for binary in "${chosen[@]}"; do
+          run_suite "$target" "$(family_for "$target" "$binary")" "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"
+        done
+        run_suite "$target" sve tests/cpp/mhc_decode_invariance_test "$WIDE_DECODE"
+        run_suite "$target" sve tests/cpp/mhc_oracle_agreement_test "$WIDE_ORACLE-$QEMU_EXCLUDED" ;;
     esac
     # The examples, as tests/aclnn/CMakeLists.txt checks them.
     for sample in forward backward; do
@@ -251,12 +261,12 @@ run_target() {
     run_example "$target" aclnn_cann_style_program "all outputs agree with the double-precision computation" \
       "$out/tests/aclnn/aclnn_cann_style_program"
     echo "== arm64: $target: $passed passed, $failed failed, $skipped skipped in $((SECONDS - t)) s"
-  } > "$logs/$target.summary" 2>&1
+  } > >(tee "$logs/$target.summary") 2>&1
   printf '%s\n' "$passed $failed $skipped $((SECONDS - t))" > "$logs/$target.counts"
   printf '%s\n' "${failures[@]}" > "$logs/$target.failures"
 }
 
-lanes=("neon sve128" "sve2 sve512" "sve256")  # about 1160 and 1360 s here; sve256 when asked
+lanes=("neon sve128" "sve2 sve512 sve256")
 pids=()
 t_runs=$SECONDS
 for lane in "${lanes[@]}"; do
@@ -271,7 +281,6 @@ t_runs=$((SECONDS - t_runs))
 passed=0 failed=0 skipped=0 failures=()
 declare -A t_target
 for target in "${targets[@]}"; do
-  cat "$logs/$target.summary"
   if [ ! -s "$logs/$target.counts" ]; then note_fail "$target: no results"; continue; fi
   read -r p f s t < "$logs/$target.counts"
   passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))

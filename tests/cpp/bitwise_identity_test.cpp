@@ -137,12 +137,8 @@ TEST(BitwiseIdentity, EveryOutputOfEveryCaseMatchesItsPinnedHash) {
   std::ofstream recorded;
   if (record != nullptr) recorded.open(record, std::ios::trunc);
   const auto file = pinned_file();
-  // Every family this CPU runs, in this process through Options::isa; MHC_ISA naming one
-  // narrows it to that one (the per-family runs of a slow emulated CPU ask for that).
-  std::vector<mhc::Isa> families = available_families();
-  mhc::Isa named;
-  if (const char* env = std::getenv("MHC_ISA"); env != nullptr && mhc::isa_from_name(env, &named))
-    families = {named};
+  // Every family this CPU runs (or the one MHC_ISA names), in this process through Options::isa.
+  const std::vector<mhc::Isa> families = families_under_test();
   std::set<std::string> run;
   for (mhc::Isa isa : families) run.insert(hash_key(isa));
   for (const auto& [key, hashes] : file)
