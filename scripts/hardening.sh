@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Hardening checks (docs/reliability.md), after scripts/setup.sh has installed the packages:
-#   1. ASan + UBSan (GCC): every C++ test (tests/cpp, tests/aclnn) through ctest;
+#   1. ASan + UBSan (clang): every C++ test (tests/cpp, tests/kernels, tests/aclnn) through ctest;
 #   2. TSan (GCC): the threaded tests (determinism, concurrency, the aclnn tests);
-#   3. libFuzzer (clang, ASan + UBSan): the fifteen fuzz targets replay their corpus
-#      (tests/fuzz/corpus), then fuzz for MHC_FUZZ_SECONDS each.
+#   3. libFuzzer: the fifteen fuzz targets replay their corpus (tests/fuzz/corpus), then fuzz
+#      for MHC_FUZZ_SECONDS each.
+# Steps 1 and 3 share one build (clang, ASan + UBSan, libFuzzer's coverage hooks on every
+# target, which the test programs leave unused): the library is compiled with sanitizers once.
 # Exits non-zero on any failure; the last line is "hardening: N passed, M failed",
 # counting tests (ctest and GoogleTest cases) and fuzz runs.
 # Environment: MHC_HARDENING_DIR (default build-hardening), MHC_FUZZ_SECONDS (default 10),
@@ -78,18 +80,33 @@ run_gtest() {
 start=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - start ))s"; }
 
+fuzz_targets=(fuzz_pre_forward fuzz_pre_backward fuzz_aclnn_mhc_pre fuzz_aclnn_mhc_pre_v2
+              fuzz_aclnn_mhc_pre_backward fuzz_aclnn_mhc_pre_backward_v2
+              fuzz_sinkhorn fuzz_post fuzz_pre_sinkhorn
+              fuzz_aclnn_mhc_sinkhorn fuzz_aclnn_mhc_sinkhorn_backward fuzz_aclnn_mhc_post
+              fuzz_aclnn_mhc_post_backward fuzz_aclnn_mhc_pre_sinkhorn fuzz_aclnn_mhc_pre_sinkhorn_backward)
+asan_dir=$out/asan
+asan_built=""
+# Configures and builds the shared ASan + UBSan + libFuzzer tree once (steps 1 and 3).
+build_asan() {
+  [ -n "$asan_built" ] && return "$asan_built"
+  asan_built=1
+  configure "$asan_dir" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DMHC_SANITIZE=address,undefined \
+      -DMHC_FUZZ=ON &&
+    ninja -C "$asan_dir" $(test_targets "$asan_dir") > "$asan_dir.build.log" 2>&1 ||
+    { tail -30 "$asan_dir.build.log" 2>/dev/null; return 1; }
+  asan_built=0
+}
+
 # ------------------------------------------------------------------ 1. ASan + UBSan
 if [[ " $steps " == *" asan "* ]]; then
   echo "== hardening: ASan + UBSan, the C++ test suite ($(elapsed))"
-  dir=$out/asan
-  if configure "$dir" -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++ -DMHC_SANITIZE=address,undefined -DMHC_FUZZ_REPLAY=ON &&
-     ninja -C "$dir" $(test_targets "$dir") > "$dir.build.log" 2>&1; then
-    (cd "$dir" && ctest -j2 --timeout 1500 --output-on-failure -E "^(python_|aclnn_install_consumer)" \
+  if build_asan; then
+    (cd "$asan_dir" && ctest -j2 --timeout 1500 --output-on-failure -LE fuzz -E "^(python_|aclnn_install_consumer)" \
        > "$out/asan-ctest.log" 2>&1)
     grep -E "tests passed|Total Test time" "$out/asan-ctest.log"
     count_ctest "$out/asan-ctest.log" "ASan+UBSan ctest"
   else
-    tail -30 "$dir.build.log" 2>/dev/null
     note_fail "ASan+UBSan build"
   fi
 fi
@@ -117,21 +134,14 @@ fi
 # ------------------------------------------------------------------ 3. libFuzzer
 if [[ " $steps " == *" fuzz "* ]]; then
   echo "== hardening: libFuzzer targets, corpus replay then ${fuzz_seconds}s each ($(elapsed))"
-  dir=$out/fuzz
-  targets=(fuzz_pre_forward fuzz_pre_backward fuzz_aclnn_mhc_pre fuzz_aclnn_mhc_pre_v2
-           fuzz_aclnn_mhc_pre_backward fuzz_aclnn_mhc_pre_backward_v2
-           fuzz_sinkhorn fuzz_post fuzz_pre_sinkhorn
-           fuzz_aclnn_mhc_sinkhorn fuzz_aclnn_mhc_sinkhorn_backward fuzz_aclnn_mhc_post
-           fuzz_aclnn_mhc_post_backward fuzz_aclnn_mhc_pre_sinkhorn fuzz_aclnn_mhc_pre_sinkhorn_backward)
-  if configure "$dir" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DMHC_SANITIZE=address,undefined \
-       -DMHC_FUZZ=ON -DMHC_BUILD_TESTS=ON &&
-     ninja -C "$dir" "${targets[@]}" > "$dir.build.log" 2>&1; then
+  dir=$asan_dir
+  if build_asan; then
     (cd "$dir" && ctest -L fuzz --timeout 900 --output-on-failure > "$out/fuzz-replay.log" 2>&1)
     grep -E "tests passed|Total Test time" "$out/fuzz-replay.log"
     count_ctest "$out/fuzz-replay.log" "fuzz corpus replay"
     mkdir -p "$out/fuzz-artifacts"
     printf "%-34s %10s %8s %8s %8s %8s\n" target executions exec/s seeds corpus crashes
-    for t in "${targets[@]}"; do
+    for t in "${fuzz_targets[@]}"; do
       work="$out/fuzz-corpus/$t"
       mkdir -p "$work"
       cp -n "$root/tests/fuzz/corpus/$t/"* "$work/" 2>/dev/null
@@ -154,7 +164,6 @@ if [[ " $steps " == *" fuzz "* ]]; then
       fi
     done
   else
-    tail -30 "$dir.build.log" 2>/dev/null
     note_fail "fuzz build"
   fi
 fi
