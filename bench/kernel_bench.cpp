@@ -45,7 +45,7 @@ void gemm_tile(benchmark::State& state, const Microkernels* m, int tokens, int r
   const int64_t vectors = 128, w_stride = vectors * m->lanes + 16;
   Floats u(static_cast<size_t>(tokens * m->u_row_floats)), w(static_cast<size_t>(rows * w_stride)), acc(static_cast<size_t>(tokens * rows * m->lanes));
   for (auto _ : state) {
-    m->gemm_tile(tokens, rows, u.data, w.data, w_stride, vectors, acc.data, rows * m->lanes);
+    m->gemm_tile(tokens, rows, u.data, w.data, w_stride, vectors, acc.data, rows * m->lanes, false);
     benchmark::DoNotOptimize(acc.data);
   }
   state.counters["flops"] = benchmark::Counter(double(2 * tokens * rows * vectors * m->lanes) * double(state.iterations()),

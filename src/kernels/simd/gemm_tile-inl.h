@@ -3,8 +3,9 @@
 //
 // Accumulation order (the determinism contract): lane l of acc[t][f] adds
 // u[t][i L + l] * w[f][i L + l] as one fused multiply-add per vector i, i
-// ascending, onto its value on entry; so chained calls over consecutive column
-// runs give the bits of one call over all of them.
+// ascending, onto its value on entry (onto zero with from_zero, for the first
+// run of a sum: its accumulators need no fill); so chained calls over
+// consecutive column runs give the bits of one call over all of them.
 
 // Per-target include guard (Highway's idiom).
 #if defined(MHC_KERNELS_SIMD_GEMM_TILE_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -31,19 +32,20 @@ constexpr int64_t kURowFloats = kChunkColumns + 16;
 constexpr int kTileTokens = HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 ? 2 : 4;
 constexpr int kTileRows = 6;
 
-// acc[t][f] += u[t] . phi[f] over `vectors` column vectors, for a tile of TT
-// tokens x TR rows: u's rows kURowFloats apart, phi's w_stride, the
-// accumulators' acc_stride.
+// acc[t][f] += u[t] . phi[f] (acc[t][f] = with from_zero) over `vectors` column
+// vectors, for a tile of TT tokens x TR rows: u's rows kURowFloats apart, phi's
+// w_stride, the accumulators' acc_stride.
 template <int TT, int TR>
 HWY_INLINE void Tile(const float* u, const float* phi, int64_t w_stride, int64_t vectors, float* acc_rows,
-                     int64_t acc_stride) {
+                     int64_t acc_stride, bool from_zero) {
   const DF df;
   const int64_t L = hn::Lanes(df);
   VecArray<TR> acc[TT];
 #pragma GCC unroll 8
   for (int t = 0; t < TT; ++t)
 #pragma GCC unroll 8
-    for (int f = 0; f < TR; ++f) acc[t][f] = hn::Load(df, acc_rows + t * acc_stride + f * L);
+    for (int f = 0; f < TR; ++f)
+      acc[t][f] = from_zero ? hn::Zero(df) : hn::Load(df, acc_rows + t * acc_stride + f * L);
   for (int64_t i = 0; i < vectors; ++i) {
     VecArray<TT> uv;
 #pragma GCC unroll 8
@@ -66,25 +68,25 @@ HWY_INLINE void Tile(const float* u, const float* phi, int64_t w_stride, int64_t
 
 template <int TT>
 HWY_INLINE void TileRows(int rows, const float* u, const float* phi, int64_t w_stride, int64_t vectors, float* acc,
-                         int64_t acc_stride) {
+                         int64_t acc_stride, bool from_zero) {
   switch (rows) {
-    case 1: return Tile<TT, 1>(u, phi, w_stride, vectors, acc, acc_stride);
-    case 2: return Tile<TT, 2>(u, phi, w_stride, vectors, acc, acc_stride);
-    case 3: return Tile<TT, 3>(u, phi, w_stride, vectors, acc, acc_stride);
-    case 4: return Tile<TT, 4>(u, phi, w_stride, vectors, acc, acc_stride);
-    case 5: return Tile<TT, 5>(u, phi, w_stride, vectors, acc, acc_stride);
-    default: return Tile<TT, kTileRows>(u, phi, w_stride, vectors, acc, acc_stride);
+    case 1: return Tile<TT, 1>(u, phi, w_stride, vectors, acc, acc_stride, from_zero);
+    case 2: return Tile<TT, 2>(u, phi, w_stride, vectors, acc, acc_stride, from_zero);
+    case 3: return Tile<TT, 3>(u, phi, w_stride, vectors, acc, acc_stride, from_zero);
+    case 4: return Tile<TT, 4>(u, phi, w_stride, vectors, acc, acc_stride, from_zero);
+    case 5: return Tile<TT, 5>(u, phi, w_stride, vectors, acc, acc_stride, from_zero);
+    default: return Tile<TT, kTileRows>(u, phi, w_stride, vectors, acc, acc_stride, from_zero);
   }
 }
 
 static void RunTile(int tokens, int rows, const float* u, const float* phi, int64_t w_stride, int64_t vectors,
-                    float* acc, int64_t acc_stride) {
+                    float* acc, int64_t acc_stride, bool from_zero) {
   static_assert(kTileTokens == 2 || kTileTokens == 4, "tile dispatch covers 1..4 tokens");
   switch (tokens) {
-    case 1: return TileRows<1>(rows, u, phi, w_stride, vectors, acc, acc_stride);
-    case 2: return TileRows<2>(rows, u, phi, w_stride, vectors, acc, acc_stride);
-    case 3: return TileRows<3>(rows, u, phi, w_stride, vectors, acc, acc_stride);
-    default: return TileRows<4>(rows, u, phi, w_stride, vectors, acc, acc_stride);
+    case 1: return TileRows<1>(rows, u, phi, w_stride, vectors, acc, acc_stride, from_zero);
+    case 2: return TileRows<2>(rows, u, phi, w_stride, vectors, acc, acc_stride, from_zero);
+    case 3: return TileRows<3>(rows, u, phi, w_stride, vectors, acc, acc_stride, from_zero);
+    default: return TileRows<4>(rows, u, phi, w_stride, vectors, acc, acc_stride, from_zero);
   }
 }
 

@@ -17,8 +17,8 @@ namespace mhc::kernels::simd::HWY_NAMESPACE {
 namespace {
 
 void GemmTileKernel(int tokens, int rows, const float* u, const float* w, int64_t w_stride, int64_t vectors,
-                    float* acc, int64_t acc_stride) {
-  RunTile(tokens, rows, u, w, w_stride, vectors, acc, acc_stride);
+                    float* acc, int64_t acc_stride, bool from_zero) {
+  RunTile(tokens, rows, u, w, w_stride, vectors, acc, acc_stride, from_zero);
 }
 
 int64_t ScaleRowKernel(DType x_dtype, const void* x, const float* gamma, int64_t count, float* u, float* sq_lanes) {

@@ -16,14 +16,14 @@ struct Microkernels {
   const char* target;  // "avx512", "avx2", "sve2", "sve", "neon"
   int lanes;           // fp32 lanes of a vector (SVE: this CPU's)
 
-  // gemm_tile-inl.h: acc[t][f][lane] += u[t] . w[f] over `vectors` vectors, for
-  // tokens <= tile_tokens and rows <= tile_rows; u's rows u_row_floats apart,
-  // w's rows w_stride apart, acc's tokens acc_stride floats apart (rows L apart).
-  // u and acc on vector boundaries.
+  // gemm_tile-inl.h: acc[t][f][lane] += u[t] . w[f] (= with from_zero) over
+  // `vectors` vectors, for tokens <= tile_tokens and rows <= tile_rows; u's rows
+  // u_row_floats apart, w's rows w_stride apart, acc's tokens acc_stride floats
+  // apart (rows L apart). u and acc on vector boundaries.
   int tile_tokens, tile_rows;
   int64_t u_row_floats;
   void (*gemm_tile)(int tokens, int rows, const float* u, const float* w, int64_t w_stride, int64_t vectors,
-                    float* acc, int64_t acc_stride);
+                    float* acc, int64_t acc_stride, bool from_zero);
 
   // token_rows-inl.h: u = v * gamma (gamma nullptr: v) and sq_lanes += v*v over the
   // whole vectors of count; returns the elements done.
