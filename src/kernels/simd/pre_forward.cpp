@@ -195,10 +195,6 @@ static void SliceSums(const ForwardOperands& o, const ForwardScratch& s, int64_t
   const int64_t phi_rs = o.phi.row_stride;
   const int64_t k0 = slice * kSliceColumns;
   const int64_t k_end = std::min(K_pad, k0 + kSliceColumns), k1 = std::min(d.K, k_end);
-  const int64_t full_end = std::min(k_end, K_full);  // columns read from phi (or its copy)
-  // The sums' first run starts them from zero, the first block's tiles or else
-  // the tail's: no fill (decode 2-4 % faster, performance.md's decode section).
-  const bool zero_first = full_end > k0;
   if (with_sq) std::fill_n(s.sq_slice, tokens * (L + 1), 0.0f);
   for (int64_t t = 0; t < tokens; ++t)
     CastChunk(o, t0 + t, t + kCastAhead < tokens ? t0 + t + kCastAhead : -1, k0, k1, k_end, s.u + t * kURowFloats,
@@ -209,10 +205,14 @@ static void SliceSums(const ForwardOperands& o, const ForwardScratch& s, int64_t
   // ascending order, so the bits are those of one pass over the slice. An
   // item of one tile's tokens reads phi once: it runs over phi's rows.
   const bool copy_phi = tokens > kTileTokens;
+  const int64_t full_end = std::min(k_end, K_full);  // columns read from phi (or its copy)
+  // The sums' first run (the first block's tiles, else the tail's) starts them
+  // from zero: no fill (decode 2-4 % faster, performance.md's decode section).
   for (int64_t c0 = k0; c0 < full_end; c0 += kPanelColumns) {
     const int64_t c1 = std::min(full_end, c0 + kPanelColumns), vectors = (c1 - c0) / L;
+    const bool first = c0 == k0;
     if (!copy_phi) {
-      RunTiles(s, tokens, rows, c0 - k0, phi + f0 * phi_rs + c0, phi_rs, vectors, zero_first && c0 == k0);
+      RunTiles(s, tokens, rows, c0 - k0, phi + f0 * phi_rs + c0, phi_rs, vectors, first);
       continue;
     }
     for (int64_t fr = 0; fr < rows; fr += kTileRows) {
@@ -224,14 +224,14 @@ static void SliceSums(const ForwardOperands& o, const ForwardScratch& s, int64_t
       }
       for (int64_t tt = 0; tt < tokens; tt += kTileTokens)
         RunTile(int(std::min<int64_t>(kTileTokens, tokens - tt)), tile_rows, s.u + tt * kURowFloats + (c0 - k0),
-                s.phi_panel, kPanelStride, vectors, s.acc + (tt * rows + fr) * L, rows * L, zero_first && c0 == k0);
+                s.phi_panel, kPanelStride, vectors, s.acc + (tt * rows + fr) * L, rows * L, first);
     }
   }
   if (k_end > full_end && full_end >= k0) {  // the partial last column vector, zero-padded
     std::fill_n(s.phi_tail, rows * L, 0.0f);
     for (int64_t f = 0; f < rows; ++f)
       for (int64_t k = K_full; k < d.K; ++k) s.phi_tail[f * L + k - K_full] = phi[(f0 + f) * phi_rs + k];
-    RunTiles(s, tokens, rows, full_end - k0, s.phi_tail, L, 1, !zero_first);
+    RunTiles(s, tokens, rows, full_end - k0, s.phi_tail, L, 1, full_end == k0);
   }
 }
 
