@@ -6,7 +6,8 @@
 // fp32, times gamma) is formed once per pass and stays in cache while every
 // micro-tile of kTileTokens tokens x kTileRows rows runs over it, register-blocked,
 // a block of kPanelColumns columns at a time: one tile's rows of phi over the block
-// are copied (a panel) to stay in L1 while every token tile runs over them. Each
+// are copied (a panel) to stay in L1 while every token tile runs over them (an
+// item of one token tile reads phi in place, over the whole slice). Each
 // slice's lane sums start from zero and are added to the item's totals
 // in slice order; the totals are folded once at the end, so a token's bits depend
 // on K and its own data only (batch invariance). Calls of at most kDecodeTokens
@@ -201,20 +202,21 @@ static void SliceSums(const ForwardOperands& o, const ForwardScratch& s, int64_t
               s.sq_slice + t * L, s.sq_slice + tokens * L + t, with_sq);
   // The next slice's x is left to the hardware prefetchers and the cast's own
   // prefetch (asking for it from the tiles' inner loop costs more: performance.md).
-  // Blocks of columns; each accumulator still takes its column vectors in
-  // ascending order, so the bits are those of one pass over the slice. An
-  // item of one tile's tokens reads phi once: it runs over phi's rows.
+  // Blocks of columns, each with panels of phi; each accumulator still takes its
+  // column vectors in ascending order, so the bits are those of one pass over
+  // the slice. An item of one tile's tokens reads phi once, in place, a tile's
+  // rows over the whole slice at a time (not a block at a time: a quarter of the
+  // tile calls and of the accumulators' loads and stores, and each row's stream
+  // four times as long: decode T=1 D=4096 13.3 -> 11.5 us, performance.md).
   const bool copy_phi = tokens > kTileTokens;
   const int64_t full_end = std::min(k_end, K_full);  // columns read from phi (or its copy)
-  // The sums' first run (the first block's tiles, else the tail's) starts them
-  // from zero: no fill (decode 2-4 % faster, performance.md's decode section).
-  for (int64_t c0 = k0; c0 < full_end; c0 += kPanelColumns) {
+  // The sums' first run (the slice's, the first block's, else the tail's) starts
+  // them from zero: no fill (decode 2-4 % faster, performance.md's decode section).
+  if (!copy_phi && full_end > k0)
+    RunTiles(s, tokens, rows, 0, phi + f0 * phi_rs + k0, phi_rs, (full_end - k0) / L, true);
+  for (int64_t c0 = k0; copy_phi && c0 < full_end; c0 += kPanelColumns) {
     const int64_t c1 = std::min(full_end, c0 + kPanelColumns), vectors = (c1 - c0) / L;
     const bool first = c0 == k0;
-    if (!copy_phi) {
-      RunTiles(s, tokens, rows, c0 - k0, phi + f0 * phi_rs + c0, phi_rs, vectors, first);
-      continue;
-    }
     for (int64_t fr = 0; fr < rows; fr += kTileRows) {
       const int tile_rows = int(std::min<int64_t>(kTileRows, rows - fr));
       for (int f = 0; f < tile_rows; ++f) {
