@@ -73,6 +73,10 @@ class HandleRegistry {
     auto it = live_.find(id);
     return it == live_.end() ? nullptr : it->second;
   }
+  bool contains(uintptr_t id) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return live_.count(id) != 0;
+  }
   // Removes and returns the object; nullptr when not live (so of two threads
   // taking the same handle, exactly one gets it).
   std::shared_ptr<T> take(uintptr_t id) {
@@ -112,6 +116,7 @@ struct TensorInfo {
 };
 // False when `tensor` is not a live aclTensor (destroyed or never created).
 bool tensor_info(const aclTensor* tensor, TensorInfo* info);
+bool tensor_is_live(const aclTensor* tensor);
 
 // "[a,b,c]": dims in messages, as the core writes them (ops::dims_string).
 inline std::string dims_text(const std::vector<int64_t>& dims) {

@@ -5,6 +5,8 @@
 // -> shapes -> dtypes -> formats -> opImplMode. Then what CANN does not check
 // (storage, offsets, strides, NULL data, overlap, size limits):
 // mhc::ops::pre_forward::validate, which also makes the problem.
+#include <array>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +14,8 @@
 #include "aclnnop/aclnn_mhc_pre.h"
 #include "aclnnop/aclnn_mhc_pre_v2.h"
 #include "faces/aclnn/face.hpp"
+#include "ops/call_resources.hpp"
+#include "ops/isa.hpp"
 #include "ops/pre_forward/pre_forward.hpp"
 
 namespace mhc::faces::aclnn {
@@ -26,10 +30,10 @@ struct ForwardArgs {
   aclOpExecutor** executor;
 };
 
-// CANN's checks, in CANN's order. *with_residual: alpha has 3 entries;
-// *caches: invRms, hMix and hPre are given.
+// CANN's checks, in CANN's order, after its first (workspaceSize and executor:
+// forward_workspace). *with_residual: alpha has 3 entries; *caches: invRms, hMix
+// and hPre are given.
 aclnnStatus check_forward(const Checks& c, const ForwardArgs& a, bool* with_residual, bool* caches) {
-  ACLNN_RETURN_IF_ERROR(c.result_pointers(a.workspace_size, a.executor));
   for (const TensorArg& t : {a.x, a.phi, a.alpha, a.bias, a.h_in, a.h_post}) ACLNN_RETURN_IF_ERROR(c.not_null(t));
 
   std::vector<TensorArg> inputs = {a.x, a.phi, a.alpha, a.bias};
@@ -102,8 +106,52 @@ aclnnStatus check_forward(const Checks& c, const ForwardArgs& a, bool* with_resi
   return c.op_impl_mode(a.op_impl_mode);
 }
 
+// The last first phase that succeeded on this thread. aclTensors do not change
+// after creation and handle ids are never reused, so the same live tensors with
+// the same scalars, kernel family and thread count give the same problem: an
+// inference loop that asks again each step skips the checks and the conversion
+// (mhc-bench decode, aclnn T=1 D=4096: the first phase 3.7 -> 0.3 us).
+struct ForwardMemo {
+  bool valid = false;
+  const char* op = nullptr;
+  std::array<const aclTensor*, 11> tensors{};
+  double norm_eps = 0, hc_eps = 0;
+  int64_t op_impl_mode = 0;
+  Isa isa = Isa::reference;
+  int threads = 0;
+  core::ForwardProblem problem;
+  size_t bytes = 0;
+};
+thread_local ForwardMemo last_forward;
+
+std::array<const aclTensor*, 11> tensors_of(const ForwardArgs& a) {
+  return {a.x.tensor,     a.phi.tensor,    a.alpha.tensor,   a.bias.tensor, a.gamma.tensor, a.h_in.tensor,
+          a.h_post.tensor, a.h_res.tensor, a.inv_rms.tensor, a.h_mix.tensor, a.h_pre.tensor};
+}
+
+// The memo's problem and workspace size when `a` asks what it answered; the
+// scalars compared by their bits (a NaN is the same NaN).
+bool recall(const ForwardMemo& m, const char* op, const ForwardArgs& a, Isa isa, int threads) {
+  if (!m.valid || m.op != op || m.tensors != tensors_of(a) || m.op_impl_mode != a.op_impl_mode ||
+      m.isa != isa || m.threads != threads || std::memcmp(&m.norm_eps, &a.norm_eps, sizeof(double)) != 0 ||
+      std::memcmp(&m.hc_eps, &a.hc_eps, sizeof(double)) != 0)
+    return false;
+  for (const aclTensor* t : m.tensors)
+    if (t != nullptr && !tensor_is_live(t)) return false;
+  return true;
+}
+
 aclnnStatus forward_workspace(const char* op, const char* run_op, const ForwardArgs& a) {
   const Checks c(op);
+  ACLNN_RETURN_IF_ERROR(c.result_pointers(a.workspace_size, a.executor));  // CANN's first check
+  Isa isa = Isa::reference;
+  const bool known_isa = ops::resolve_isa(Isa::automatic, &isa).ok();
+  const int threads = ops::resolve_threads(0);
+  ForwardMemo& memo = last_forward;
+  if (known_isa && recall(memo, op, a, isa, threads))
+    return create_executor(run_op, memo.problem, memo.bytes, a.workspace_size, a.executor);
+  memo.valid = false;
+
   bool with_residual = false, caches = false;
   ACLNN_RETURN_IF_ERROR(check_forward(c, a, &with_residual, &caches));
 
@@ -132,6 +180,18 @@ aclnnStatus forward_workspace(const char* op, const char* run_op, const ForwardA
   ACLNN_RETURN_IF_ERROR(from_status(
       op, ops::pre_forward::validate(in, out, options, &problem, ops::pre_forward::Rules{.eps_values = false})));
   const size_t bytes = ops::pre_forward::workspace_bytes(problem);
+  if (known_isa && problem.isa == isa) {
+    memo.op = op;
+    memo.tensors = tensors_of(a);
+    memo.norm_eps = a.norm_eps;
+    memo.hc_eps = a.hc_eps;
+    memo.op_impl_mode = a.op_impl_mode;
+    memo.isa = isa;
+    memo.threads = threads;
+    memo.problem = problem;
+    memo.bytes = bytes;
+    memo.valid = true;
+  }
   return create_executor(run_op, problem, bytes, a.workspace_size, a.executor);
 }
 

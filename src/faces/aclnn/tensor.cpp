@@ -76,6 +76,8 @@ bool tensor_info(const aclTensor* tensor, TensorInfo* info) {
   return true;
 }
 
+bool tensor_is_live(const aclTensor* tensor) { return tensors().contains(handle_id(tensor)); }
+
 aclnnStatus to_view(const char* op, const TensorArg& arg, TensorView* view) {
   // The message's prefix, built only for a message (every call converts every tensor).
   const auto where = [&] { return std::string(op) + ": " + arg.name; };
