@@ -295,12 +295,20 @@ static void DecodeTokens(const ForwardItem& item, int64_t t0, int64_t t1) {
   const int64_t L = hn::Lanes(df), slices = slice_count(d.K);
   const ForwardScratch s = LayOutForwardScratch(item.scratch, d);
   const DecodeSums sums = DecodeSumsOf(item.prepared->data, d);
+  constexpr int64_t kRowBlock = 8;  // rows of m whose lanes are summed side by side, in registers
   for (int64_t t = t0; t < t1; ++t) {
-    for (int64_t f = 0; f < d.F; ++f) {
-      VF lanes = hn::Zero(df);
-      for (int64_t slice = 0; slice < slices; ++slice)
-        lanes = hn::Add(lanes, hn::Load(df, sums.m + ((slice * d.T + t) * d.F + f) * L));
-      s.m[f] = FoldLanes(df, lanes);
+    // Each row's slices are added in slice order, a block of rows over every slice
+    // at a time: each slice's lines are read in one run (half of them come from
+    // the other worker's core), not one line per slice and row.
+    for (int64_t f0 = 0; f0 < d.F; f0 += kRowBlock) {
+      const int64_t rows = std::min(kRowBlock, d.F - f0);
+      VecArray<kRowBlock> lanes;
+      for (int64_t j = 0; j < kRowBlock; ++j) lanes[j] = hn::Zero(df);
+      for (int64_t slice = 0; slice < slices; ++slice) {
+        const float* row = sums.m + ((slice * d.T + t) * d.F + f0) * L;
+        for (int64_t j = 0; j < rows; ++j) lanes[j] = hn::Add(lanes[j], hn::Load(df, row + j * L));
+      }
+      for (int64_t j = 0; j < rows; ++j) s.m[f0 + j] = FoldLanes(df, lanes[j]);
     }
     VF sq = hn::Zero(df);
     float tail = 0.0f;
