@@ -162,6 +162,13 @@ aclnnStatus OpCase::run() {
   return run(workspace_size ? workspace_.data() : nullptr, workspace_size);
 }
 
+std::vector<std::vector<uint8_t>> OpCase::output_storage() const {
+  std::vector<std::vector<uint8_t>> out;
+  for (const Slot& s : slots_)
+    if (s.output && s.present) out.push_back(s.storage);
+  return out;
+}
+
 bool OpCase::outputs_untouched() const {
   for (const Slot& s : slots_)
     if (s.output && s.present)

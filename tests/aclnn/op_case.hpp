@@ -124,6 +124,8 @@ class OpCase {
 
   // Every byte of every output's storage (elements and gaps) is kPattern.
   bool outputs_untouched() const;
+  // The storage (elements and gaps) of every output given, in slot order.
+  std::vector<std::vector<uint8_t>> output_storage() const;
   // The logical (row-major) bytes of a slot, gathered through its strides.
   std::vector<uint8_t> logical_bytes(const std::string& name) const;
   // Bytes of the storage of `name` that are not elements of its view all still kPattern.

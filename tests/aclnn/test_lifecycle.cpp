@@ -13,24 +13,17 @@ namespace {
 
 class Lifecycle : public ::testing::TestWithParam<Op> {};
 
-std::vector<std::vector<uint8_t>> output_bytes(OpCase& c) {
-  std::vector<std::vector<uint8_t>> out;
-  for (const Slot& s : c.slots())
-    if (s.output && s.present) out.push_back(s.storage);
-  return out;
-}
-
 TEST_P(Lifecycle, RunsOnceThenTheSecondRunIsAnError) {
   OpCase c(GetParam());
   c.materialize();
   ASSERT_EQ(c.get_workspace(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
   ASSERT_EQ(c.run(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
-  const auto first = output_bytes(c);
+  const auto first = c.output_storage();
   EXPECT_FALSE(c.outputs_untouched());
   reset_recent_error();
   EXPECT_EQ(c.run(), ACLNN_ERR_PARAM_INVALID);
   EXPECT_NE(std::string(aclGetRecentErrMsg()).find("already run"), std::string::npos) << aclGetRecentErrMsg();
-  EXPECT_EQ(output_bytes(c), first);
+  EXPECT_EQ(c.output_storage(), first);
   // Running freed it: destroying it now is an error too.
   EXPECT_EQ(aclDestroyAclOpExecutor(c.executor), ACLNN_ERR_PARAM_INVALID);
 }
@@ -87,7 +80,7 @@ TEST_P(Lifecycle, DestroyingTensorsBeforeTheRunIsAllowed) {
   ASSERT_EQ(c.get_workspace(), ACLNN_SUCCESS);
   c.destroy_tensors();  // the executor holds no reference to them
   ASSERT_EQ(c.run(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
-  EXPECT_EQ(output_bytes(c), output_bytes(reference));
+  EXPECT_EQ(c.output_storage(), reference.output_storage());
 }
 
 TEST_P(Lifecycle, AnExecutorRunsOnlyThroughItsOwnOperator) {
@@ -136,7 +129,7 @@ TEST_P(Lifecycle, AnyWorkspaceAlignmentGivesTheSameNumbers) {
     std::vector<uint8_t> ws(c.workspace_size + shift);
     ASSERT_EQ(c.run(c.workspace_size ? ws.data() + shift : nullptr, c.workspace_size), ACLNN_SUCCESS)
         << aclGetRecentErrMsg();
-    EXPECT_EQ(output_bytes(c), output_bytes(reference)) << "shift " << shift;
+    EXPECT_EQ(c.output_storage(), reference.output_storage()) << "shift " << shift;
   }
 }
 
@@ -151,7 +144,7 @@ TEST_P(Lifecycle, V2WithOpImplMode0GivesTheNumbersOfV1) {
   ASSERT_EQ(b.get_workspace(0), ACLNN_SUCCESS);
   ASSERT_EQ(a.run(), ACLNN_SUCCESS);
   ASSERT_EQ(b.run(), ACLNN_SUCCESS);
-  EXPECT_EQ(output_bytes(a), output_bytes(b));
+  EXPECT_EQ(a.output_storage(), b.output_storage());
 }
 
 INSTANTIATE_TEST_SUITE_P(Aclnn, Lifecycle, ::testing::Values(Op::pre, Op::pre_v2, Op::backward, Op::backward_v2),

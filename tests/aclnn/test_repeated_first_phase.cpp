@@ -2,6 +2,7 @@
 // loop's every step) answers from its last success on the thread (docs/aclnn.md):
 // these tests hold it to what a first phase over fresh handles gives, whatever
 // changed between the calls.
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -14,14 +15,6 @@ namespace aclnn_test {
 namespace {
 
 class RepeatedFirstPhase : public ::testing::TestWithParam<Op> {};
-
-// The outputs' bytes (elements and gaps), after both phases.
-std::vector<std::vector<uint8_t>> outputs_of(OpCase& c) {
-  std::vector<std::vector<uint8_t>> out;
-  for (const Slot& s : c.slots())
-    if (s.output && s.present) out.push_back(s.storage);
-  return out;
-}
 
 // Outputs back to the pattern, the same storage and aclTensors kept.
 void repaint_outputs(OpCase& c) {
@@ -39,7 +32,7 @@ std::vector<std::vector<uint8_t>> fresh_outputs(Op op, double norm_eps, double h
   EXPECT_EQ(c.get_workspace(mode), ACLNN_SUCCESS) << aclGetRecentErrMsg();
   if (workspace_size) *workspace_size = c.workspace_size;
   EXPECT_EQ(c.run(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
-  return outputs_of(c);
+  return c.output_storage();
 }
 
 TEST_P(RepeatedFirstPhase, GivesTheFirstCallsSizeAndBits) {
@@ -48,14 +41,14 @@ TEST_P(RepeatedFirstPhase, GivesTheFirstCallsSizeAndBits) {
   ASSERT_EQ(c.get_workspace(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
   const uint64_t first_size = c.workspace_size;
   ASSERT_EQ(c.run(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
-  const auto first = outputs_of(c);
+  const auto first = c.output_storage();
   for (int step = 0; step < 3; ++step) {
     repaint_outputs(c);
     c.workspace_size = kWorkspaceSentinel;
     ASSERT_EQ(c.get_workspace(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
     EXPECT_EQ(c.workspace_size, first_size);
     ASSERT_EQ(c.run(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
-    EXPECT_TRUE(outputs_of(c) == first) << "step " << step;
+    EXPECT_TRUE(c.output_storage() == first) << "step " << step;
   }
 }
 
@@ -71,7 +64,7 @@ std::vector<std::vector<uint8_t>> after_a_success(OpCase& c, double norm_eps, do
   c.hc_eps = hc_eps;
   EXPECT_EQ(c.get_workspace(mode), ACLNN_SUCCESS) << aclGetRecentErrMsg();
   EXPECT_EQ(c.run(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
-  return outputs_of(c);
+  return c.output_storage();
 }
 
 TEST_P(RepeatedFirstPhase, HonoursChangedScalars) {
@@ -143,7 +136,7 @@ TEST_P(RepeatedFirstPhase, ReadsTheThreadCountAgain) {
     ASSERT_EQ(c.get_workspace(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
     EXPECT_EQ(c.workspace_size, fresh_sizes[i]) << counts[i] << " thread(s)";
     ASSERT_EQ(c.run(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
-    EXPECT_TRUE(outputs_of(c) == fresh[i]) << counts[i] << " thread(s)";
+    EXPECT_TRUE(c.output_storage() == fresh[i]) << counts[i] << " thread(s)";
   }
   if (saved) setenv("MHC_NUM_THREADS", restore.c_str(), 1);
   else unsetenv("MHC_NUM_THREADS");
