@@ -10,7 +10,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <functional>
+#include <new>
+#include <type_traits>
 
 namespace mhc::runtime {
 
@@ -29,13 +32,58 @@ int default_thread_count();
 inline constexpr int64_t kDefaultSpinMicroseconds = 1000, kMaxSpinMicroseconds = 1000000;
 int64_t spin_microseconds(const char* env);
 
+namespace detail {
+
+// A job's body, type-erased without an allocation: a small trivially copyable
+// callable (a lambda of a few references) travels as its bytes in the job's cache
+// line, so a polling helper gets the job and its captures in one transfer (the
+// decode rows of mhc-bench); a larger one travels as a pointer to the caller's.
+inline constexpr size_t kClosureBytes = 32;
+struct Closure {
+  alignas(8) unsigned char bytes[kClosureBytes];
+};
+using ItemCall = void (*)(const Closure& closure, int64_t item, int worker);
+
+template <class Body>
+inline constexpr bool kBodyInline =
+    std::is_trivially_copyable_v<Body> && sizeof(Body) <= kClosureBytes && alignof(Body) <= alignof(Closure);
+
+template <class Body>
+void call_body(const Closure& closure, int64_t item, int worker) {
+  if constexpr (kBodyInline<Body>) {
+    (*std::launder(reinterpret_cast<const Body*>(closure.bytes)))(item, worker);
+  } else {
+    const Body* body;
+    std::memcpy(&body, closure.bytes, sizeof body);
+    (*body)(item, worker);
+  }
+}
+
+template <class Body>
+Closure closure_of(const Body& body) {
+  Closure closure{};
+  if constexpr (kBodyInline<Body>) {
+    std::memcpy(closure.bytes, static_cast<const void*>(&body), sizeof(Body));
+  } else {
+    const Body* pointer = &body;
+    std::memcpy(closure.bytes, &pointer, sizeof pointer);
+  }
+  return closure;
+}
+
+void run_items(int64_t items, int threads, ItemCall call, const Closure& closure);
+
+}  // namespace detail
+
 // Run body(item, worker) for item in [0, items) on up to `threads` workers
 // (worker in [0, threads)); returns when all items are done. Each worker takes
 // a contiguous range of items. Fewer workers than asked when the pool is held
 // by another caller (then one: the caller), the system refuses threads, or
 // threads > kMaxThreads; results never depend on the count.
-void parallel_for(int64_t items, int threads,
-                  const std::function<void(int64_t item, int worker)>& body);
+template <class Body>
+void parallel_for(int64_t items, int threads, const Body& body) {
+  detail::run_items(items, threads, &detail::call_body<Body>, detail::closure_of(body));
+}
 
 // A reusable spinning barrier for the workers of one parallel_region: phases of
 // a few microseconds make a futex round trip too costly.

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <dirent.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -345,6 +346,28 @@ TEST(ThreadPool, PollingAndSleepingHelpersBothTakeTheNextJob) {
     for (auto& s : seen) ASSERT_EQ(s.load(), 1) << "after a pause of " << pause_us << " us";
     ASSERT_EQ(ran_on.size(), 2u) << "after a pause of " << pause_us << " us";
   }
+}
+
+// A body travels to the helpers as its bytes when it is a few trivially copyable
+// captures, else as a pointer to the caller's: both run every item once, with the
+// captures the caller gave (the helper's items read them).
+TEST(ThreadPool, BodiesInlineAndByPointerRunEveryItemOnceWithTheirCaptures) {
+  std::vector<std::atomic<int>> seen(64);
+  std::atomic<int64_t> sum{0};
+  const int64_t offset = 1000;
+  auto small = [&seen, offset](int64_t item, int) { seen[size_t(item)].fetch_add(int(offset - 999)); };
+  static_assert(mhc::runtime::detail::kBodyInline<decltype(small)>, "a few captures travel inline");
+  mhc::runtime::parallel_for(64, 2, small);
+  std::array<int64_t, 8> weights{1, 2, 3, 4, 5, 6, 7, 8};  // 64 bytes by value: too large to travel inline
+  auto large = [&sum, weights](int64_t item, int) { sum.fetch_add(weights[size_t(item) % 8]); };
+  static_assert(!mhc::runtime::detail::kBodyInline<decltype(large)>, "a large body travels by pointer");
+  mhc::runtime::parallel_for(64, 2, large);
+  const std::string label = "not trivially copyable";
+  auto owning = [&seen, label](int64_t item, int) { seen[size_t(item)].fetch_add(int(label.size()) - 21); };
+  static_assert(!mhc::runtime::detail::kBodyInline<decltype(owning)>, "an owning body travels by pointer");
+  mhc::runtime::parallel_for(64, 2, owning);
+  for (auto& s : seen) EXPECT_EQ(s.load(), 2);
+  EXPECT_EQ(sum.load(), 8 * 36);
 }
 
 // The caller's share throwing: parallel_for rethrows once the helpers' items have
