@@ -1,8 +1,10 @@
 // Decode calls (at most kDecodeTokens tokens, which split K among the workers
 // instead of tokens) give every token the bits it gets inside a batch of 4096
 // (which splits tokens), on every kernel family (or the one MHC_ISA names), for
-// T = 1, 16 and 64 at any thread count (SPEC §5). K = 4400: three slices, the
-// last partial; D = 1100 is no multiple of a vector or of an AMX step.
+// T = 1, 16 and 64 at any thread count (SPEC §5). At D = 1100 (K = 4400: three
+// slices, the last partial) D is no multiple of a vector or of an AMX step; at
+// D = 2048 (four whole slices) one token's cast runs inside its first row tile,
+// and 2 and 3 threads give the decode path's first share two slices and one.
 #include <cstring>
 
 #include <gtest/gtest.h>
@@ -24,6 +26,9 @@ std::vector<uint32_t> token_bits(const Tensor& t, int64_t T, int64_t t0, int64_t
 
 struct DecodeCase {
   DType dtype;
+  int64_t D;
+  bool gamma;
+  mhc::MatmulPrecision precision;
   const char* name;
 };
 
@@ -31,8 +36,9 @@ class DecodeInvariance : public ::testing::TestWithParam<DecodeCase> {};
 
 TEST_P(DecodeInvariance, DecodeCallsGiveTheBitsOfABatchOf4096) {
   Config batch_cfg;
-  batch_cfg.N = 4, batch_cfg.D = 1100, batch_cfg.B = 1, batch_cfg.S = 4096;
+  batch_cfg.N = 4, batch_cfg.D = GetParam().D, batch_cfg.B = 1, batch_cfg.S = 4096;
   batch_cfg.dtype = GetParam().dtype;
+  batch_cfg.gamma = GetParam().gamma;
   batch_cfg.seed = 77;
   const int64_t T = batch_cfg.T(), token_bytes = batch_cfg.K() * element_bytes(batch_cfg.dtype);
   Operands batch = make_operands(batch_cfg);
@@ -40,9 +46,10 @@ TEST_P(DecodeInvariance, DecodeCallsGiveTheBitsOfABatchOf4096) {
     SCOPED_TRACE(std::string("kernel family ") + mhc::isa_name(isa));
     batch.options.isa = isa;
     batch.options.num_threads = 2;
+    batch.options.matmul_precision = GetParam().precision;
     ASSERT_TRUE(mhc::pre_forward(forward_inputs(batch), forward_outputs(batch), batch.options).ok());
     for (int64_t count : {int64_t(1), int64_t(16), int64_t(64)})
-      for (int threads : {1, 2}) {
+      for (int threads : {1, 2, 3}) {
         const int64_t t0 = 1000 + count;  // on no item's boundary of the batch
         SCOPED_TRACE("T=" + std::to_string(count) + " (tokens from " + std::to_string(t0) + "), " +
                      std::to_string(threads) + " thread(s)");
@@ -53,6 +60,7 @@ TEST_P(DecodeInvariance, DecodeCallsGiveTheBitsOfABatchOf4096) {
         std::memcpy(small.x.data(), static_cast<char*>(batch.x.data()) + t0 * token_bytes, size_t(count * token_bytes));
         small.options.isa = isa;
         small.options.num_threads = threads;
+        small.options.matmul_precision = GetParam().precision;
         ASSERT_TRUE(mhc::pre_forward(forward_inputs(small), forward_outputs(small), small.options).ok());
         for (auto [name, in_batch, alone] :
              {std::tuple{"h_in", &batch.h_in, &small.h_in}, {"h_post", &batch.h_post, &small.h_post},
@@ -63,9 +71,14 @@ TEST_P(DecodeInvariance, DecodeCallsGiveTheBitsOfABatchOf4096) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(N4_D1100, DecodeInvariance,
-                         ::testing::Values(DecodeCase{DType::bf16, "bf16"}, DecodeCase{DType::fp16, "fp16"},
-                                           DecodeCase{DType::fp32, "fp32"}),
+constexpr auto kFp32 = mhc::MatmulPrecision::fp32, kHf32 = mhc::MatmulPrecision::hf32;
+INSTANTIATE_TEST_SUITE_P(N4, DecodeInvariance,
+                         ::testing::Values(DecodeCase{DType::bf16, 1100, true, kFp32, "D1100_bf16"},
+                                           DecodeCase{DType::fp16, 1100, true, kFp32, "D1100_fp16"},
+                                           DecodeCase{DType::fp32, 1100, true, kFp32, "D1100_fp32"},
+                                           DecodeCase{DType::bf16, 2048, true, kFp32, "D2048_bf16"},
+                                           DecodeCase{DType::fp16, 2048, false, kFp32, "D2048_fp16_no_gamma"},
+                                           DecodeCase{DType::fp32, 2048, true, kHf32, "D2048_fp32_hf32"}),
                          [](const ::testing::TestParamInfo<DecodeCase>& info) { return info.param.name; });
 
 }  // namespace

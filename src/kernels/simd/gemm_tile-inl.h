@@ -66,6 +66,51 @@ HWY_INLINE void Tile(const float* u, const float* phi, int64_t w_stride, int64_t
     for (int f = 0; f < TR; ++f) hn::Store(acc[t][f], df, acc_rows + t * acc_stride + f * L);
 }
 
+// Tile<1, TR> with the token's cast fused in (decode: the first row tile of a
+// one-token slice): v = x (dtype T) per vector, u = v * gamma (gamma nullptr: v,
+// HF32-rounded with hf32) stored for the slice's other tiles and used here, and
+// with sq the squares v * v, one fused multiply-add per vector onto zero. The
+// bits are those of ScaleRow over the same vectors, then Tile<1, TR>; the cast's
+// loads and multiplies hide behind the stream of phi (decode T=1, performance.md).
+template <DType T, int TR>
+HWY_INLINE void CastTileOf(const void* x, const float* gamma, bool hf32, float* u, const float* phi,
+                           int64_t w_stride, int64_t vectors, float* acc_rows, bool from_zero, VF* sq) {
+  const DF df;
+  const int64_t L = hn::Lanes(df);
+  VecArray<TR> acc;
+  VF squares = hn::Zero(df);
+#pragma GCC unroll 8
+  for (int f = 0; f < TR; ++f) acc[f] = from_zero ? hn::Zero(df) : hn::Load(df, acc_rows + f * L);
+  for (int64_t i = 0; i < vectors; ++i) {
+    const VF v = LoadT<T>(df, x, i * L);
+    if (sq != nullptr) squares = hn::MulAdd(v, v, squares);
+    VF uv = gamma != nullptr ? hn::Mul(v, hn::LoadU(df, gamma + i * L)) : v;
+    if (hf32) uv = RoundHf32(df, uv);
+    hn::Store(uv, df, u + i * L);
+#pragma GCC unroll 8
+    for (int f = 0; f < TR; ++f) {
+      VF w = hn::LoadU(df, phi + f * w_stride + i * L);
+      acc[f] = hn::MulAdd(uv, w, acc[f]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int f = 0; f < TR; ++f) hn::Store(acc[f], df, acc_rows + f * L);
+  if (sq != nullptr) *sq = squares;
+}
+
+template <DType T>
+HWY_INLINE void CastTile(int rows, const void* x, const float* gamma, bool hf32, float* u, const float* phi,
+                         int64_t w_stride, int64_t vectors, float* acc, bool from_zero, VF* sq) {
+  switch (rows) {
+    case 1: return CastTileOf<T, 1>(x, gamma, hf32, u, phi, w_stride, vectors, acc, from_zero, sq);
+    case 2: return CastTileOf<T, 2>(x, gamma, hf32, u, phi, w_stride, vectors, acc, from_zero, sq);
+    case 3: return CastTileOf<T, 3>(x, gamma, hf32, u, phi, w_stride, vectors, acc, from_zero, sq);
+    case 4: return CastTileOf<T, 4>(x, gamma, hf32, u, phi, w_stride, vectors, acc, from_zero, sq);
+    case 5: return CastTileOf<T, 5>(x, gamma, hf32, u, phi, w_stride, vectors, acc, from_zero, sq);
+    default: return CastTileOf<T, kTileRows>(x, gamma, hf32, u, phi, w_stride, vectors, acc, from_zero, sq);
+  }
+}
+
 template <int TT>
 HWY_INLINE void TileRows(int rows, const float* u, const float* phi, int64_t w_stride, int64_t vectors, float* acc,
                          int64_t acc_stride, bool from_zero) {

@@ -183,6 +183,42 @@ void ForwardFinishTokens(const ForwardOperands& o, int64_t t0, int64_t t1, const
   hwy::FlushStream();  // HInRow's streaming stores, before the caller reads h_in
 }
 
+// SliceSums for one token whose streams are whole vectors (D % L == 0: no
+// scalar tails, no partial vector of phi): the first row tile casts the slice
+// as it runs (CastTile), in CastChunk's blocks, and the other tiles read the u
+// it stored. Same bits as CastChunk then RunTiles.
+static void CastSliceSums(const ForwardOperands& o, const ForwardScratch& s, int64_t t, int64_t f0, int64_t rows,
+                          int64_t k0, int64_t k1, bool with_sq) {
+  const PreShape& d = o.shape;
+  const DF df;
+  const int64_t L = hn::Lanes(df), D = d.D;
+  const float* phi = o.phi.data + f0 * o.phi.row_stride;
+  const int64_t phi_rs = o.phi.row_stride;
+  const int first_rows = int(std::min<int64_t>(kTileRows, rows));
+  const int64_t esize = core::element_size(d.x_dtype);
+  const char* x = static_cast<const char*>(o.x.data);
+  VF sq = hn::Zero(df);
+  WithDType(d.x_dtype, [&]<DType T>() {
+    for (int64_t k = k0; k < k1;) {
+      const int64_t n = k / D, j0 = k % D, j1 = std::min(D, j0 + (k1 - k));  // one stream's piece
+      const int64_t x_at = o.x.at(t, n);
+      const float* gamma = o.gamma.present() ? o.gamma.row(n) : nullptr;
+      for (int64_t j = j0; j < j1; j += kSquareBlockColumns) {
+        const int64_t column = n * D + j, vectors = std::min<int64_t>(kSquareBlockColumns, j1 - j) / L;
+        VF block;
+        CastTile<T>(first_rows, x + (x_at + j) * esize, gamma ? gamma + j : nullptr, d.hf32, s.u + (column - k0),
+                    phi + column, phi_rs, vectors, s.acc, column == k0, with_sq ? &block : nullptr);
+        if (with_sq) sq = hn::Add(sq, block);
+      }
+      k = n * D + j1;
+    }
+  });
+  if (with_sq) hn::Store(sq, df, s.sq_slice);
+  for (int64_t fr = first_rows; fr < rows; fr += kTileRows)
+    RunTile(1, int(std::min<int64_t>(kTileRows, rows - fr)), s.u, phi + fr * phi_rs + k0, phi_rs, (k1 - k0) / L,
+            s.acc + fr * L, rows * L, true);
+}
+
 // One slice of K (pre_forward.hpp) for tokens [t0, t0 + tokens) and rows
 // [f0, f0 + rows) of phi: s.acc the lane sums of m from zero, and with with_sq
 // s.sq_slice the lanes and tails of sum(v^2) from zero.
@@ -197,6 +233,7 @@ static void SliceSums(const ForwardOperands& o, const ForwardScratch& s, int64_t
   const int64_t k0 = slice * kSliceColumns;
   const int64_t k_end = std::min(K_pad, k0 + kSliceColumns), k1 = std::min(d.K, k_end);
   if (with_sq) std::fill_n(s.sq_slice, tokens * (L + 1), 0.0f);
+  if (tokens == 1 && d.D % L == 0) return CastSliceSums(o, s, t0, f0, rows, k0, k1, with_sq);
   for (int64_t t = 0; t < tokens; ++t)
     CastChunk(o, t0 + t, t + kCastAhead < tokens ? t0 + t + kCastAhead : -1, k0, k1, k_end, s.u + t * kURowFloats,
               s.sq_slice + t * L, s.sq_slice + tokens * L + t, with_sq);
@@ -260,13 +297,37 @@ int64_t ForwardPreparedBytes(const PreShape& d) {
 // Decode items are a few tokens: the finish reads each token's slices once.
 int64_t ForwardItemTokens(const PreShape& d) { return d.T <= kDecodeTokens ? 8 : kTokensPerItem; }
 
-// The decode path's share `part` of `parts` of the slices, every token's.
+// The slices of share `share` of `parts` (shares in slice order), and how many
+// the first share that has any holds: the slices whose sums it leaves as running
+// sums (ForwardPrepare).
+static int64_t ShareBegin(int64_t slices, int64_t share, int64_t parts) { return slices * share / parts; }
+static int64_t RunningSlices(int64_t slices, int64_t parts) {
+  for (int64_t share = 1;; ++share)
+    if (ShareBegin(slices, share, parts) > 0) return ShareBegin(slices, share, parts);
+}
+
+// total[i] = previous[i] + total[i] (previous nullptr: 0 + total[i]), the order in
+// which the finish adds a slice to the sum before it; count a multiple of the lanes.
+static void AddRunning(float* total, const float* previous, int64_t count) {
+  const DF df;
+  for (int64_t i = 0; i < count; i += hn::Lanes(df))
+    hn::Store(hn::Add(previous ? hn::Load(df, previous + i) : hn::Zero(df), hn::Load(df, total + i)), df, total + i);
+}
+
+// The decode path's share `part` of `parts` of the slices, every token's. Part 0
+// takes the last slices (the driver runs it on the thread that then finishes, which
+// so reads them from its own cache); the share with the first slices leaves
+// running sums (each slice's entry the sum of the slices up to it, added as the
+// finish adds them), so the finish reads one entry of that share instead of each
+// (performance.md, decode).
 bool ForwardPrepare(const ForwardOperands& o, void* prepared, int64_t part, int64_t parts, float* scratch) {
   const PreShape& d = o.shape;
   const int64_t L = hn::Lanes(DF()), slices = slice_count(d.K);
   const ForwardScratch s = LayOutForwardScratch(scratch, d);
   const DecodeSums sums = DecodeSumsOf(prepared, d);
-  for (int64_t slice = slices * part / parts; slice < slices * (part + 1) / parts; ++slice) {
+  const int64_t share = parts - 1 - part, begin = ShareBegin(slices, share, parts);
+  const int64_t end = ShareBegin(slices, share + 1, parts);
+  for (int64_t slice = begin; slice < end; ++slice) {
     float* m = sums.m + slice * d.T * d.F * L;
     if (d.F <= kRowsPerPass) {  // one pass: the slice's sums laid out as the scratch's, formed in place
       ForwardScratch in_place = s;
@@ -283,6 +344,15 @@ bool ForwardPrepare(const ForwardOperands& o, void* prepared, int64_t part, int6
       if (f0 == 0) std::copy_n(s.sq_slice, d.T * (L + 1), sums.sq + slice * sums.sq_stride);
     }
   }
+  if (begin == 0)
+    for (int64_t slice = 0; slice < end; ++slice) {
+      const int64_t m_floats = d.T * d.F * L;
+      float* sq = sums.sq + slice * sums.sq_stride;
+      const float* sq_before = slice > 0 ? sq - sums.sq_stride : nullptr;
+      AddRunning(sums.m + slice * m_floats, slice > 0 ? sums.m + (slice - 1) * m_floats : nullptr, m_floats);
+      AddRunning(sq, sq_before, d.T * L);
+      for (int64_t t = 0; t < d.T; ++t) sq[d.T * L + t] = (sq_before ? sq_before[d.T * L + t] : 0.0f) + sq[d.T * L + t];
+    }
   return true;
 }
 
@@ -296,23 +366,26 @@ static void DecodeTokens(const ForwardItem& item, int64_t t0, int64_t t1) {
   const ForwardScratch s = LayOutForwardScratch(item.scratch, d);
   const DecodeSums sums = DecodeSumsOf(item.prepared->data, d);
   constexpr int64_t kRowBlock = 8;  // rows of m whose lanes are summed side by side, in registers
+  const int64_t first = RunningSlices(slices, item.prepared->parts);  // slices [0, first) in one running sum
   for (int64_t t = t0; t < t1; ++t) {
-    // Each row's slices are added in slice order, a block of rows over every slice
-    // at a time: each slice's lines are read in one run (half of them come from
-    // the other worker's core), not one line per slice and row.
+    // Each row's slices are added in slice order onto the first share's running
+    // sum, a block of rows over every slice at a time: each slice's lines are read
+    // in one run, not one line per slice and row.
     for (int64_t f0 = 0; f0 < d.F; f0 += kRowBlock) {
       const int64_t rows = std::min(kRowBlock, d.F - f0);
       VecArray<kRowBlock> lanes;
-      for (int64_t j = 0; j < kRowBlock; ++j) lanes[j] = hn::Zero(df);
-      for (int64_t slice = 0; slice < slices; ++slice) {
+      const float* running = sums.m + (((first - 1) * d.T + t) * d.F + f0) * L;
+      for (int64_t j = 0; j < rows; ++j) lanes[j] = hn::Load(df, running + j * L);
+      for (int64_t slice = first; slice < slices; ++slice) {
         const float* row = sums.m + ((slice * d.T + t) * d.F + f0) * L;
         for (int64_t j = 0; j < rows; ++j) lanes[j] = hn::Add(lanes[j], hn::Load(df, row + j * L));
       }
       for (int64_t j = 0; j < rows; ++j) s.m[f0 + j] = FoldLanes(df, lanes[j]);
     }
-    VF sq = hn::Zero(df);
-    float tail = 0.0f;
-    for (int64_t slice = 0; slice < slices; ++slice) {
+    const float* sq_running = sums.sq + (first - 1) * sums.sq_stride;
+    VF sq = hn::Load(df, sq_running + t * L);
+    float tail = sq_running[d.T * L + t];
+    for (int64_t slice = first; slice < slices; ++slice) {
       const float* sq_slice = sums.sq + slice * sums.sq_stride;
       sq = hn::Add(sq, hn::Load(df, sq_slice + t * L));
       tail += sq_slice[d.T * L + t];
