@@ -86,7 +86,7 @@ void weighted_rows(benchmark::State& state, const Microkernels* m) {
   std::vector<uint16_t> x(static_cast<size_t>(N * D), 0x3f00), out(static_cast<size_t>(D));
   const float h_pre[4] = {0.25f, 0.25f, 0.25f, 0.25f};
   for (auto _ : state) {
-    m->weighted_rows(DType::bf16, x.data(), D, h_pre, N, D, out.data());
+    m->weighted_rows(DType::bf16, x.data(), D, h_pre, N, D, out.data(), false);
     benchmark::DoNotOptimize(out.data());
   }
   state.counters["bytes"] = benchmark::Counter(double((N + 1) * D * 2) * double(state.iterations()),

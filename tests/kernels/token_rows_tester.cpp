@@ -1,6 +1,9 @@
 // The forward's row microkernels (token_rows-inl.h) against their stated order,
 // bitwise: ScaleRow's u = v * gamma and its fused per-lane v*v; WeightedRows'
 // fused chain over n ascending from zero, rounded once to the dtype.
+#include <cmath>
+#include <limits>
+
 #include "core/dtype.hpp"
 #include "targets.hpp"
 
@@ -59,26 +62,64 @@ TEST(ScaleRow, ScalesByGammaAndSumsSquaresInOrder) {
 TEST(WeightedRows, FusedChainOverStreamsRoundedOnce) {
   MHC_FOR_EACH_SIMD_TARGET(m) {
     for (DType dtype : {DType::bf16, DType::fp16, DType::fp32})
-      for (int64_t N : {1, 4, 7}) {
-        SCOPED_TRACE(std::string(m->target) + " " + mhc::core::dtype_name(dtype) + " N " + std::to_string(N));
-        const int64_t count = 3 * m->lanes, n_stride = count + 5;
-        Rng rng(uint64_t(N * 31 + int(dtype)));
-        const Row x = random_row(dtype, N * n_stride, rng);
-        std::vector<float> h_pre(static_cast<size_t>(N));
-        for (float& h : h_pre) h = rng.uniform(0, 1);
-        std::vector<uint32_t> out(size_t(count), 0xdeadbeefu);
-        m->weighted_rows(dtype, x.data(dtype), n_stride, h_pre.data(), N, count, out.data());
-        for (int64_t j = 0; j < count; ++j) {
-          float acc = 0.0f;
-          for (int64_t n = 0; n < N; ++n) acc = std::fma(h_pre[size_t(n)], x.f32[size_t(n * n_stride + j)], acc);
-          uint32_t want = 0;
-          mhc::core::store_element(&want, dtype, 0, acc);
-          uint32_t got = 0;
-          std::memcpy(&got, reinterpret_cast<const char*>(out.data()) + j * mhc::core::element_size(dtype),
-                      size_t(mhc::core::element_size(dtype)));
-          ASSERT_EQ(got, want) << "column " << j;
-        }
+      for (int64_t N : {1, 4, 7})
+        for (int64_t vectors : {1, 2, 3, 6})  // bf16 with N = 4 goes two vectors at a time, then one
+          for (bool stream : {false, true}) {
+            SCOPED_TRACE(std::string(m->target) + " " + mhc::core::dtype_name(dtype) + " N " + std::to_string(N) +
+                         " vectors " + std::to_string(vectors) + (stream ? " streamed" : ""));
+            const int64_t count = vectors * m->lanes, n_stride = count + 5;  // rows off every vector boundary
+            Rng rng(uint64_t(N * 31 + int(dtype) + vectors * 1009));
+            const Row x = random_row(dtype, N * n_stride, rng);
+            std::vector<float> h_pre(static_cast<size_t>(N));
+            for (float& h : h_pre) h = rng.uniform(0, 1);
+            // out on a whole-vector boundary (a streaming store's), 16 bytes past it when not streamed
+            std::vector<uint32_t> storage(size_t(count + 64), 0xdeadbeefu);
+            char* base = reinterpret_cast<char*>(storage.data());
+            base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64 + (stream ? 0 : 16);
+            m->weighted_rows(dtype, x.data(dtype), n_stride, h_pre.data(), N, count, base, stream);
+            for (int64_t j = 0; j < count; ++j) {
+              float acc = 0.0f;
+              for (int64_t n = 0; n < N; ++n) acc = std::fma(h_pre[size_t(n)], x.f32[size_t(n * n_stride + j)], acc);
+              uint32_t want = 0;
+              mhc::core::store_element(&want, dtype, 0, acc);
+              uint32_t got = 0;
+              std::memcpy(&got, base + j * mhc::core::element_size(dtype), size_t(mhc::core::element_size(dtype)));
+              ASSERT_EQ(got, want) << "column " << j;
+            }
+            uint32_t past = 0;
+            std::memcpy(&past, base + count * mhc::core::element_size(dtype), sizeof past);
+            ASSERT_EQ(past, 0xdeadbeefu) << "past the count";
+          }
+  }
+}
+
+// Sums that land exactly halfway between two bf16 values (1 + k/128 + 1/256: even
+// k rounds down, odd up, k = 127 carries into the exponent), NaN and infinities, in
+// even and odd columns (the two halves of a 32-bit lane where bf16 goes in pairs).
+TEST(WeightedRows, RoundsTiesToEvenAndKeepsNaNInEveryColumn) {
+  MHC_FOR_EACH_SIMD_TARGET(m) {
+    for (int64_t vectors : {1, 2, 3}) {
+      SCOPED_TRACE(std::string(m->target) + " vectors " + std::to_string(vectors));
+      const int64_t N = 4, count = vectors * m->lanes, n_stride = count + 1;
+      std::vector<float> values(size_t(N * n_stride), 0.0f);
+      for (int64_t j = 0; j < count; ++j) {
+        values[size_t(j)] = 1.0f + float((j * 37) % 128) / 128.0f;
+        values[size_t(n_stride + j)] = 1.0f / 256.0f;
       }
+      const float specials[] = {std::nanf(""), -std::numeric_limits<float>::infinity(),
+                                std::numeric_limits<float>::infinity()};
+      for (int64_t j = 0; j < std::min<int64_t>(count, 6); ++j) values[size_t(2 * n_stride + j * count / 6)] = specials[j % 3];
+      const std::vector<uint16_t> x = halves(DType::bf16, values);
+      const float h_pre[4] = {1.0f, 1.0f, 0.5f, 0.25f};
+      std::vector<uint16_t> out(size_t(count), 0xbeefu);
+      m->weighted_rows(DType::bf16, x.data(), n_stride, h_pre, N, count, out.data(), false);
+      for (int64_t j = 0; j < count; ++j) {
+        float acc = 0.0f;
+        for (int64_t n = 0; n < N; ++n)
+          acc = std::fma(h_pre[n], mhc::core::load_element(x.data(), DType::bf16, n * n_stride + j), acc);
+        ASSERT_EQ(out[size_t(j)], halves(DType::bf16, {acc})[0]) << "column " << j;
+      }
+    }
   }
 }
 

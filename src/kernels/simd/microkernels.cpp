@@ -31,8 +31,9 @@ int64_t ScaleRowKernel(DType x_dtype, const void* x, const float* gamma, int64_t
 }
 
 void WeightedRowsKernel(DType dtype, const void* x, int64_t n_stride, const float* h_pre, int64_t N, int64_t count,
-                        void* out) {
-  WithDType(dtype, [&]<DType T>() { WeightedRows<T>(x, n_stride, h_pre, N, count, out, false); });
+                        void* out, bool stream) {
+  WithDType(dtype, [&]<DType T>() { WeightedRows<T>(x, n_stride, h_pre, N, count, out, stream); });
+  if (stream) hwy::FlushStream();
 }
 
 float FoldLanesKernel(const float* lanes) { return FoldLanes(DF(), hn::LoadU(DF(), lanes)); }

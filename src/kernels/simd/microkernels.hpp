@@ -28,9 +28,10 @@ struct Microkernels {
   // token_rows-inl.h: u = v * gamma (gamma nullptr: v) and sq_lanes += v*v over the
   // whole vectors of count; returns the elements done.
   int64_t (*scale_row)(DType x_dtype, const void* x, const float* gamma, int64_t count, float* u, float* sq_lanes);
-  // out[j] = sum_n h_pre[n] x[n][j], j < count (a multiple of lanes), rows n_stride apart.
+  // out[j] = sum_n h_pre[n] x[n][j], j < count (a multiple of lanes), rows n_stride apart;
+  // with stream, by streaming stores where out's alignment allows.
   void (*weighted_rows)(DType dtype, const void* x, int64_t n_stride, const float* h_pre, int64_t N, int64_t count,
-                        void* out);
+                        void* out, bool stream);
 
   // vec-inl.h: the lanes folded by halves; fp32 vectors stored in a dtype
   // (round to nearest even, NaN kept a NaN); count a multiple of lanes.

@@ -63,9 +63,53 @@ HWY_INLINE void WeightedRowsOf(const void* x, int64_t n_stride, const float* h_p
   }
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// WeightedRowsOf for bf16 over 2 * Lanes elements at a time: each 32-bit lane of
+// one load holds two bf16 values, the even one's fp32 bits being the lane shifted
+// up by 16 and the odd one's its high half, so no lane is widened or narrowed; the
+// two sums are rounded as StoreBF16 rounds and put back into their halves. Same
+// bits as WeightedRowsOf; count a multiple of 2 * Lanes.
+template <size_t kN>
+HWY_INLINE void WeightedPairsBF16(const uint16_t* x, int64_t n_stride, const float* h_pre, int64_t count,
+                                  uint16_t* out, bool stream) {
+  const DF df;
+  const hn::RebindToUnsigned<DF> du32;
+  const hn::Repartition<uint16_t, DF> du16;
+  const int64_t L = hn::Lanes(df);
+  VecArray<kN> weights;
+#pragma GCC unroll 8
+  for (size_t n = 0; n < kN; ++n) weights[n] = hn::Set(df, h_pre[n]);
+  const auto high = hn::Set(du32, 0xffff0000u);
+  const bool aligned = reinterpret_cast<uintptr_t>(out) % (2 * L * sizeof(uint16_t)) == 0;
+  for (int64_t j = 0; j < count; j += 2 * L) {
+    VF even = hn::Zero(df), odd = hn::Zero(df);
+#pragma GCC unroll 8
+    for (size_t n = 0; n < kN; ++n) {
+      const auto pair = hn::BitCast(du32, hn::LoadU(du16, x + n * n_stride + j));
+      even = hn::MulAdd(weights[n], hn::BitCast(df, hn::ShiftLeft<16>(pair)), even);
+      odd = hn::MulAdd(weights[n], hn::BitCast(df, hn::And(pair, high)), odd);
+    }
+    const auto packed = hn::BitCast(
+        du16, hn::Or(hn::ShiftRight<16>(BF16InHighHalves(df, even)), hn::And(BF16InHighHalves(df, odd), high)));
+    if (stream && aligned) hn::Stream(packed, du16, out + j);
+    else hn::StoreU(packed, du16, out + j);
+  }
+}
+#endif
+
 template <DType T>
 HWY_INLINE void WeightedRows(const void* x, int64_t n_stride, const float* h_pre, int64_t N, int64_t count, void* out,
                              bool stream) {
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (T == DType::bf16) if (N == 4) {  // mHC's usual streams, bf16: pairs of lanes, then the rest
+    const int64_t pairs = count / (2 * hn::Lanes(DF())) * (2 * hn::Lanes(DF()));
+    WeightedPairsBF16<4>(static_cast<const uint16_t*>(x), n_stride, h_pre, pairs, static_cast<uint16_t*>(out), stream);
+    if (pairs == count) return;
+    x = static_cast<const uint16_t*>(x) + pairs;
+    out = static_cast<uint16_t*>(out) + pairs;
+    count -= pairs;
+  }
+#endif
   if (N == 4) return WeightedRowsOf<T, 4>(x, n_stride, h_pre, count, out, stream);  // mHC's usual streams
   const DF df;
   const int64_t L = hn::Lanes(df);
