@@ -18,6 +18,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <algorithm>
+#include <cstdint>
 
 #include "hwy/cache_control.h"  // FlushStream
 #include "hwy/highway.h"
@@ -55,11 +56,18 @@ struct ForwardScratch {
   float* h_pre;    // [N]
 };
 
+// Decode's cast stores u while its tile loads phi: u is placed kUFromPhi bytes
+// past phi's rows modulo a page, not on their low address bits, where each store
+// holds up the loads that seem to follow it (4K aliasing; mhc-bench decode T=1
+// D=4096: 1.41 times the floor with u on phi's bits, 1.32 half a page apart).
+constexpr uintptr_t kPage = 4096, kUFromPhi = kPage / 2;
+constexpr int64_t kUSlackFloats = int64_t(kPage / sizeof(float));
+
 int64_t ForwardScratchFloats(const PreShape& d) {
   const int64_t L = hn::Lanes(DF()), tokens = kTokensPerItem;
   const int64_t rows = std::min<int64_t>(d.F, kRowsPerPass);
-  return tokens * kURowFloats + 2 * tokens * rows * L + 2 * tokens * (L + 1) + rows * L + kTileRows * kPanelStride +
-         tokens * d.F + d.N + 9 * 16;  // alignment slack
+  return tokens * kURowFloats + kUSlackFloats + 2 * tokens * rows * L + 2 * tokens * (L + 1) + rows * L +
+         kTileRows * kPanelStride + tokens * d.F + d.N + 9 * 16;  // alignment slack
 }
 
 static ForwardScratch LayOutForwardScratch(float* base, const PreShape& d) {
@@ -68,7 +76,7 @@ static ForwardScratch LayOutForwardScratch(float* base, const PreShape& d) {
   ForwardScratch s;
   float* at = base;
   auto take = [&](int64_t floats) { float* p = at; at += align16(floats); return p; };
-  s.u = take(tokens * kURowFloats);
+  s.u = take(tokens * kURowFloats + kUSlackFloats);  // u at its start; decode moves it (UAwayFromPhi)
   s.acc = take(tokens * rows * L);
   s.total = take(tokens * rows * L);
   s.sq_slice = take(tokens * (L + 1));
@@ -274,6 +282,14 @@ static void SliceSums(const ForwardOperands& o, const ForwardScratch& s, int64_t
   }
 }
 
+// u of one slice, within the scratch's u region, kUFromPhi bytes past phi's rows'
+// addresses modulo a page (rounded to the vectors' alignment).
+static float* UAwayFromPhi(float* u_region, const float* phi) {
+  const uintptr_t base = reinterpret_cast<uintptr_t>(u_region);
+  const uintptr_t want = (reinterpret_cast<uintptr_t>(phi) + kUFromPhi) % kPage / 64 * 64;
+  return reinterpret_cast<float*>(base + (want + kPage - base % kPage) % kPage);
+}
+
 // The decode path's prepared operands: per slice, [T][F][L] lane sums of m, then
 // [T][L] lane sums of v^2 and [T] scalar tails (the layout of sq_slice), each
 // slice's squares on a vector boundary.
@@ -323,7 +339,8 @@ static void AddRunning(float* total, const float* previous, int64_t count) {
 bool ForwardPrepare(const ForwardOperands& o, void* prepared, int64_t part, int64_t parts, float* scratch) {
   const PreShape& d = o.shape;
   const int64_t L = hn::Lanes(DF()), slices = slice_count(d.K);
-  const ForwardScratch s = LayOutForwardScratch(scratch, d);
+  ForwardScratch s = LayOutForwardScratch(scratch, d);
+  s.u = UAwayFromPhi(s.u, o.phi.data);
   const DecodeSums sums = DecodeSumsOf(prepared, d);
   const int64_t share = parts - 1 - part, begin = ShareBegin(slices, share, parts);
   const int64_t end = ShareBegin(slices, share + 1, parts);
