@@ -1,22 +1,23 @@
 // The decode rows of mhc-bench (shape "decode"): MhcPre's forward at T = 1, 4,
 // 16, 32 and 64 tokens, N = 4, D = 4096 and 7168, bf16 with gamma, timed through
 // the C++ API and through aclnn's two phases (GetWorkspaceSize, then the call:
-// an inference loop runs both every step), beside a floor probe per D: phi
-// streamed once through fp32 FMAs against one token's u, on persistent pinned
-// threads that split K.
+// an inference loop runs both every step), beside a floor probe per D: the T = 1
+// row's phi streamed once through fp32 FMAs against one token's u, on persistent
+// pinned threads that split K.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "floor_pass.hpp"
 #include "operator_cases.hpp"
 
 namespace mhc_bench {
 
 struct DecodeFloor {
   int64_t D = 0;
-  Timing timing;  // one pass of phi, all threads: the faster row blocking
-  bool all_registers = false;  // which (floor_pass.hpp)
+  Timing timing;  // one pass of phi, all threads: the fastest row blocking
+  FloorBlocking blocking = FloorBlocking::narrow_rows;  // which (floor_pass.hpp)
 };
 
 struct DecodeRow {

@@ -37,7 +37,7 @@ void PassRows(const float* phi, int64_t F, int64_t K, const float* u, int64_t c0
 #endif
 
 void FloorPass(const float* phi, int64_t F, int64_t K, const float* u, int64_t c0, int64_t c1, float* out,
-               bool all_registers) {
+               int blocking) {
 #if HWY_HAVE_SCALABLE
   const hn::ScalableTag<float> d;
   const int64_t lanes = int64_t(hn::Lanes(d));
@@ -46,10 +46,18 @@ void FloorPass(const float* phi, int64_t F, int64_t K, const float* u, int64_t c
     for (int64_t c = c0; c < c1; c += lanes) acc = hn::MulAdd(hn::LoadU(d, phi + f * K + c), hn::LoadU(d, u + c), acc);
     hn::StoreU(acc, d, out + f * 16);
   }
-  (void)all_registers;
+  (void)blocking;
 #else
-  // 24 accumulators where there are 32 vector registers, 12 where there are 16.
-  if (all_registers) return PassRows<HWY_MAX_BYTES >= 64 ? 24 : 12>(phi, F, K, u, c0, c1, out);
+  switch (FloorBlocking(blocking)) {
+    case FloorBlocking::all_registers:  // 24 accumulators where there are 32 vector registers, 12 where 16
+      return PassRows<HWY_MAX_BYTES >= 64 ? 24 : 12>(phi, F, K, u, c0, c1, out);
+    case FloorBlocking::chunked:  // each chunk's sums start over: as the library's slices
+      for (int64_t c = c0; c < c1; c += kFloorChunkColumns)
+        PassRows<kFloorNarrowRows>(phi, F, K, u, c, std::min(c1, c + kFloorChunkColumns), out);
+      return;
+    case FloorBlocking::narrow_rows:
+      break;
+  }
   PassRows<kFloorNarrowRows>(phi, F, K, u, c0, c1, out);
 #endif
 }
@@ -59,19 +67,30 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace mhc_bench {
+const char* floor_blocking_name(FloorBlocking blocking) {
+  switch (blocking) {
+    case FloorBlocking::all_registers: return "rows of phi as many as the registers hold";
+    case FloorBlocking::chunked: return "rows of phi 6 at a time over 2048-column chunks";
+    case FloorBlocking::narrow_rows: break;
+  }
+  return "rows of phi 6 at a time";
+}
+
 HWY_EXPORT(FloorPass);
 
 void floor_pass(const float* phi, int64_t F, int64_t K, const float* u, int64_t c0, int64_t c1, float* out,
-                bool all_registers) {
-  HWY_DYNAMIC_DISPATCH(FloorPass)(phi, F, K, u, c0, c1, out, all_registers);
+                FloorBlocking blocking) {
+  HWY_DYNAMIC_DISPATCH(FloorPass)(phi, F, K, u, c0, c1, out, int(blocking));
 }
 }  // namespace mhc_bench
 #endif  // HWY_ONCE
 
 #else  // without Highway: one lane per row
 namespace mhc_bench {
+const char* floor_blocking_name(FloorBlocking) { return "one row at a time"; }
+
 void floor_pass(const float* phi, int64_t F, int64_t K, const float* u, int64_t c0, int64_t c1, float* out,
-                bool) {
+                FloorBlocking) {
   for (int64_t f = 0; f < F; ++f) {
     float acc = 0;
     for (int64_t c = c0; c < c1; ++c) acc += phi[f * K + c] * u[c];

@@ -306,18 +306,18 @@ int run(int argc, char** argv) {
     const DecodeResults d = run_decode_cases(cl.threads, cl.runs, cl.min_seconds, peak_n.gflops);
     const double busy = foreign.foreign_cpus();
     max_foreign = std::max(max_foreign, busy);
-    std::printf("\ndecode: MhcPre forward, N=4 bf16 with gamma; floor: phi streamed once through FMAs on %d "
+    std::printf("\ndecode: MhcPre forward, N=4 bf16 with gamma; floor: the T=1 row's phi streamed once through FMAs on %d "
                 "persistent threads\n", cl.threads);
     for (const DecodeFloor& f : d.floors)
-      std::printf("floor D=%-5lld %10.4f ms  (rows of phi %s at a time)\n", (long long)f.D, f.timing.median(),
-                  f.all_registers ? "as many as the registers hold" : std::to_string(kFloorNarrowRows).c_str());
+      std::printf("floor D=%-5lld %10.4f ms  (%s)\n", (long long)f.D, f.timing.median(),
+                  floor_blocking_name(f.blocking));
     std::printf("%-5s %-5s %10s %10s %10s %8s %11s %8s %5s\n", "D", "T", "ms", "aclnn ms", "floor ms", "/floor",
                 "FMA bnd ms", "of FMA", "busy");
     j.key("decode_floors").begin_array();
     for (const DecodeFloor& f : d.floors) {
       j.begin_object();
       j.field("D", f.D).field("floor_ms", f.timing.median()).field("runs", int(f.timing.ms.size()));
-      j.field("floor_all_register_rows", f.all_registers);
+      j.field("floor_blocking", floor_blocking_name(f.blocking));
       j.end_object();
     }
     j.end_array();
