@@ -27,6 +27,8 @@ class Staging {
   size_t workspace_bytes(size_t plan_bytes) const {
     return bytes_ > 0 ? copies_offset(plan_bytes) + bytes_ : plan_bytes;
   }
+  // Whether any tensor is staged.
+  bool any() const { return !entries_.empty(); }
   // Points each registered tensor at its copy in `workspace` (past the plan's
   // plan_bytes) and gathers the inputs, on `threads` threads.
   void gather(void* workspace, size_t plan_bytes, int threads);

@@ -24,7 +24,7 @@
 #include "aclnnop/aclnn_mhc_sinkhorn.h"
 #include "aclnnop/aclnn_mhc_sinkhorn_backward.h"
 #include "mhc/mhc.hpp"
-#include "op_case.hpp"     // Slot, kPattern, the result sentinels, reset_recent_error
+#include "op_case.hpp"     // Slot, kPattern, the result sentinels, reset_recent_error, ScopedThreadCount
 
 namespace aclnn_layer_test {
 
@@ -32,6 +32,7 @@ using aclnn_test::kExecutorSentinel;
 using aclnn_test::kPattern;
 using aclnn_test::kWorkspaceSentinel;
 using aclnn_test::reset_recent_error;
+using aclnn_test::ScopedThreadCount;
 using aclnn_test::Slot;
 
 enum class Op { sinkhorn, sinkhorn_backward, post, post_backward, pre_sinkhorn, pre_sinkhorn_backward };

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,24 @@ inline const char* op_name(Op op) {
 }
 inline bool is_forward(Op op) { return op == Op::pre || op == Op::pre_v2; }
 inline bool is_v2(Op op) { return op == Op::pre_v2 || op == Op::backward_v2; }
+
+// MHC_NUM_THREADS set for a scope (a call's default thread count), then put back.
+class ScopedThreadCount {
+ public:
+  ScopedThreadCount() {
+    if (const char* value = std::getenv("MHC_NUM_THREADS")) saved_ = value;
+  }
+  ~ScopedThreadCount() {
+    if (saved_) setenv("MHC_NUM_THREADS", saved_->c_str(), 1);
+    else unsetenv("MHC_NUM_THREADS");
+  }
+  ScopedThreadCount(const ScopedThreadCount&) = delete;
+  ScopedThreadCount& operator=(const ScopedThreadCount&) = delete;
+  void set(const char* count) const { setenv("MHC_NUM_THREADS", count, 1); }
+
+ private:
+  std::optional<std::string> saved_;
+};
 
 // Byte written over every output before a call: "untouched" means still this.
 constexpr uint8_t kPattern = 0xA5;

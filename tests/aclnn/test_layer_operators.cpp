@@ -16,6 +16,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -133,6 +134,25 @@ TEST(AclnnLayerLifecycle, AnExecutorRunsOnceAsItsOwnOperator) {
     EXPECT_EQ(aclDestroyAclOpExecutor(c.executor), ACLNN_ERR_PARAM_INVALID);
     c.executor = kExecutorSentinel;
   }
+}
+
+// The run phase runs at the thread count of its first phase, which sized the
+// workspace: a count changed in between neither outgrows it nor moves a bit.
+TEST(AclnnLayerLifecycle, RunsAtItsFirstPhasesThreadCount) {
+  const ScopedThreadCount threads;
+  for (Op op : kOps)
+    for (const auto& [first, run] : {std::pair{"1", "2"}, std::pair{"2", "1"}}) {
+      SCOPED_TRACE(std::string(op_name(op)) + ": first phase at " + first + " thread(s), run at " + run);
+      LayerCase c(op, Config{});
+      c.materialize();
+      std::map<std::string, std::vector<uint8_t>> expected;
+      ASSERT_TRUE(c.reference(&expected).ok());
+      threads.set(first);
+      ASSERT_EQ(c.get_workspace(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
+      threads.set(run);
+      ASSERT_EQ(c.run(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
+      for (const auto& [name, bytes] : expected) EXPECT_EQ(c.logical_bytes(name), bytes) << name;
+    }
 }
 
 // The executors of CANN's empty cases run nothing, once, on any stream; one

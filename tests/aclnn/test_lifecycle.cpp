@@ -2,6 +2,7 @@
 // a run that fails its checks leaves it live; tensors may be destroyed before
 // the run. Every misuse is an error code and a message, never a crash.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -130,6 +131,26 @@ TEST_P(Lifecycle, AnyWorkspaceAlignmentGivesTheSameNumbers) {
     ASSERT_EQ(c.run(c.workspace_size ? ws.data() + shift : nullptr, c.workspace_size), ACLNN_SUCCESS)
         << aclGetRecentErrMsg();
     EXPECT_EQ(c.output_storage(), reference.output_storage()) << "shift " << shift;
+  }
+}
+
+// The run phase runs at the thread count of its first phase, which sized the
+// workspace: a count changed in between neither outgrows it nor moves a bit.
+TEST_P(Lifecycle, RunsAtItsFirstPhasesThreadCount) {
+  OpCase reference(GetParam());
+  reference.materialize();
+  ASSERT_EQ(reference.get_workspace(), ACLNN_SUCCESS);
+  ASSERT_EQ(reference.run(), ACLNN_SUCCESS);
+  const ScopedThreadCount threads;
+  for (const auto& [first, run] : {std::pair{"1", "2"}, std::pair{"2", "1"}}) {
+    OpCase c(GetParam());
+    c.materialize();
+    threads.set(first);
+    ASSERT_EQ(c.get_workspace(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
+    threads.set(run);
+    EXPECT_EQ(c.run(), ACLNN_SUCCESS) << aclGetRecentErrMsg() << " (first phase at " << first << " thread(s), run at "
+                                      << run << ")";
+    EXPECT_EQ(c.output_storage(), reference.output_storage());
   }
 }
 

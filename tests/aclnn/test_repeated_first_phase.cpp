@@ -3,7 +3,6 @@
 // these tests hold it to what a first phase over fresh handles gives, whatever
 // changed between the calls.
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -113,13 +112,12 @@ TEST_P(RepeatedFirstPhase, ReportsATensorDestroyedAfterASuccess) {
 
 TEST_P(RepeatedFirstPhase, ReadsTheThreadCountAgain) {
   const Op op = GetParam();
-  const char* saved = std::getenv("MHC_NUM_THREADS");
-  const std::string restore = saved ? saved : "";
+  const ScopedThreadCount threads;
   const char* counts[] = {"1", "2", "1"};
   std::vector<uint64_t> fresh_sizes;
   std::vector<std::vector<std::vector<uint8_t>>> fresh;
-  for (const char* threads : counts) {
-    setenv("MHC_NUM_THREADS", threads, 1);
+  for (const char* count : counts) {
+    threads.set(count);
     uint64_t size = 0;
     fresh.push_back(fresh_outputs(op, 1e-6, 1e-6, 0, &size));
     fresh_sizes.push_back(size);
@@ -127,22 +125,43 @@ TEST_P(RepeatedFirstPhase, ReadsTheThreadCountAgain) {
   OpCase c(op);
   c.materialize();
   for (size_t i = 1; i < 3; ++i) {
-    setenv("MHC_NUM_THREADS", counts[i - 1], 1);
+    threads.set(counts[i - 1]);
     repaint_outputs(c);
     ASSERT_EQ(c.get_workspace(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
     ASSERT_EQ(c.run(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
-    setenv("MHC_NUM_THREADS", counts[i], 1);  // then asked again under another count
+    threads.set(counts[i]);  // then asked again under another count
     repaint_outputs(c);
     ASSERT_EQ(c.get_workspace(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
     EXPECT_EQ(c.workspace_size, fresh_sizes[i]) << counts[i] << " thread(s)";
     ASSERT_EQ(c.run(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
     EXPECT_TRUE(c.output_storage() == fresh[i]) << counts[i] << " thread(s)";
   }
-  if (saved) setenv("MHC_NUM_THREADS", restore.c_str(), 1);
-  else unsetenv("MHC_NUM_THREADS");
   // A family that plans a workspace sizes it per worker: a stale answer would show
   // (the serial reference family plans none).
   if (fresh_sizes[0] != 0) EXPECT_NE(fresh_sizes[0], fresh_sizes[1]);
+}
+
+// Executors answered from one memo share its planned problem: each still runs
+// once, in any order, and destroying one leaves the others whole.
+TEST_P(RepeatedFirstPhase, ExecutorsOfOneMemoRunInAnyOrder) {
+  const auto fresh = fresh_outputs(GetParam(), 1e-6, 1e-6, 0);
+  OpCase c(GetParam());
+  c.materialize();
+  std::vector<aclOpExecutor*> executors;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(c.get_workspace(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
+    executors.push_back(c.executor);
+  }
+  ASSERT_EQ(aclDestroyAclOpExecutor(executors[1]), ACLNN_SUCCESS);
+  for (aclOpExecutor* executor : {executors[2], executors[0]}) {
+    repaint_outputs(c);
+    c.executor = executor;
+    ASSERT_EQ(c.run(), ACLNN_SUCCESS) << aclGetRecentErrMsg();
+    EXPECT_TRUE(c.output_storage() == fresh);
+    EXPECT_EQ(c.run(), ACLNN_ERR_PARAM_INVALID) << "an executor runs once";
+  }
+  c.executor = executors[1];
+  EXPECT_EQ(c.run(), ACLNN_ERR_PARAM_INVALID) << "destroyed";
 }
 
 INSTANTIATE_TEST_SUITE_P(Aclnn, RepeatedFirstPhase, ::testing::Values(Op::pre, Op::pre_v2),

@@ -4,10 +4,12 @@
 // run. It runs once: the run phase takes it out of the registry and frees it,
 // so a second run finds no live handle and fails cleanly.
 #include <cctype>
+#include <cstring>
 #include <string>
 #include <utility>
 
 #include "faces/aclnn/face.hpp"
+#include "ops/call_resources.hpp"
 #include "ops/post/post.hpp"
 #include "ops/pre_backward/pre_backward.hpp"
 #include "ops/pre_forward/pre_forward.hpp"
@@ -22,10 +24,11 @@ namespace {
 constexpr uint64_t kAlignmentSlack = 64;
 
 struct Executor {
-  std::string run_op;  // the only run call that may take this executor
-  Problem problem;
+  const char* run_op;  // the only run call that may take this executor (a literal)
+  std::shared_ptr<const Problem> problem;
   size_t core_bytes = 0;     // what mhc::ops::pre_*::run needs
   uint64_t asked_bytes = 0;  // what the first phase reported
+  int threads = 1;           // the first phase's count, which sized the workspace
 };
 
 HandleRegistry<Executor>& executors() {
@@ -64,25 +67,31 @@ std::string with_cann_names(const std::string& message) {
   return out;
 }
 
-// The operator layer's run of each kind of problem.
+// The operator layer's run of each kind of problem, at the thread count its
+// workspace was sized for.
 struct RunProblem {
   void* workspace;
   size_t bytes;
-  Status operator()(const core::ForwardProblem& p) const { return ops::pre_forward::run(p, workspace, bytes, 0); }
-  Status operator()(const core::BackwardProblem& p) const { return ops::pre_backward::run(p, workspace, bytes, 0); }
+  int threads;
+  Status operator()(const ops::pre_forward::Primitive& p) const { return ops::pre_forward::run(p, workspace, bytes); }
+  Status operator()(const core::BackwardProblem& p) const {
+    return ops::pre_backward::run(p, workspace, bytes, threads);
+  }
   Status operator()(const SinkhornForward& p) const {
-    return ops::sinkhorn::run_forward(p.problem, workspace, bytes, 0);
+    return ops::sinkhorn::run_forward(p.problem, workspace, bytes, threads);
   }
   Status operator()(const SinkhornBackward& p) const {
-    return ops::sinkhorn::run_backward(p.problem, workspace, bytes, 0);
+    return ops::sinkhorn::run_backward(p.problem, workspace, bytes, threads);
   }
-  Status operator()(const PostForward& p) const { return ops::post::run_forward(p.problem, workspace, bytes, 0); }
-  Status operator()(const PostBackward& p) const { return ops::post::run_backward(p.problem, workspace, bytes, 0); }
+  Status operator()(const PostForward& p) const { return ops::post::run_forward(p.problem, workspace, bytes, threads); }
+  Status operator()(const PostBackward& p) const {
+    return ops::post::run_backward(p.problem, workspace, bytes, threads);
+  }
   Status operator()(const ops::pre_sinkhorn::ForwardProblem& p) const {
-    return ops::pre_sinkhorn::run_forward(p, workspace, bytes, 0);
+    return ops::pre_sinkhorn::run_forward(p, workspace, bytes, threads);
   }
   Status operator()(const ops::pre_sinkhorn::BackwardProblem& p) const {
-    return ops::pre_sinkhorn::run_backward(p, workspace, bytes, 0);
+    return ops::pre_sinkhorn::run_backward(p, workspace, bytes, threads);
   }
   Status operator()(const NothingToRun&) const { return {}; }
 };
@@ -94,17 +103,27 @@ aclnnStatus from_status(const char* op, const Status& status) {
   return fail(static_cast<aclnnStatus>(status.code()), std::string(op) + ": " + with_cann_names(status.message()));
 }
 
-aclnnStatus create_executor(const char* run_op, Problem problem, size_t core_workspace_bytes,
+aclnnStatus create_executor(const char* run_op, std::shared_ptr<const Problem> problem, size_t core_workspace_bytes,
                             uint64_t* workspace_size, aclOpExecutor** executor) {
   auto e = std::make_shared<Executor>();
   e->run_op = run_op;
   e->problem = std::move(problem);
   e->core_bytes = core_workspace_bytes;
   e->asked_bytes = core_workspace_bytes == 0 ? 0 : core_workspace_bytes + kAlignmentSlack;
+  // The faces size the workspace at the first phase's default count (an MhcPre
+  // primitive carries its own); a count changed before the run would not fit it.
+  const auto* primitive = std::get_if<ops::pre_forward::Primitive>(e->problem.get());
+  e->threads = primitive != nullptr ? primitive->threads : ops::resolve_threads(0);
   const uint64_t asked = e->asked_bytes;
   *executor = as_handle<aclOpExecutor>(executors().add(std::move(e)));
   *workspace_size = asked;
   return ACLNN_SUCCESS;
+}
+
+aclnnStatus create_executor(const char* run_op, Problem problem, size_t core_workspace_bytes,
+                            uint64_t* workspace_size, aclOpExecutor** executor) {
+  return create_executor(run_op, std::make_shared<const Problem>(std::move(problem)), core_workspace_bytes,
+                         workspace_size, executor);
 }
 
 aclnnStatus run_executor(const char* op, void* workspace, uint64_t workspace_size, aclOpExecutor* executor,
@@ -113,7 +132,7 @@ aclnnStatus run_executor(const char* op, void* workspace, uint64_t workspace_siz
   if (executor == nullptr) return fail(ACLNN_ERR_PARAM_NULLPTR, where + ": executor is NULL");
   std::shared_ptr<Executor> e = executors().find(handle_id(executor));
   if (!e) return fail(ACLNN_ERR_PARAM_INVALID, not_live_message(op));
-  if (e->run_op != op)
+  if (std::strcmp(e->run_op, op) != 0)
     return fail(ACLNN_ERR_PARAM_INVALID, where + ": executor belongs to " + e->run_op + ", not to " + op);
   if (workspace == nullptr && workspace_size != 0)
     return fail(ACLNN_ERR_PARAM_NULLPTR,
@@ -133,7 +152,7 @@ aclnnStatus run_executor(const char* op, void* workspace, uint64_t workspace_siz
     aligned = reinterpret_cast<void*>((base + kAlignmentSlack - 1) / kAlignmentSlack * kAlignmentSlack);
   }
   // The stream is synchronous: run now, on the calling thread and the pool.
-  const Status status = std::visit(RunProblem{aligned, e->core_bytes}, e->problem);
+  const Status status = std::visit(RunProblem{aligned, e->core_bytes, e->threads}, *e->problem);
   return from_status(op, status);
 }
 

@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <span>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "core/sinkhorn_problem.hpp"
 #include "faces/guarded.hpp"
 #include "mhc/mhc.hpp"
+#include "ops/pre_forward/pre_forward.hpp"
 #include "ops/pre_sinkhorn/pre_sinkhorn.hpp"
 #include "ops/tensor_checks.hpp"
 
@@ -77,6 +79,13 @@ class HandleRegistry {
     std::lock_guard<std::mutex> lock(mutex_);
     return live_.count(id) != 0;
   }
+  // Whether every id but 0 (NULL) is live, under one lock.
+  bool contains_all(std::span<const uintptr_t> ids) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (uintptr_t id : ids)
+      if (id != 0 && live_.count(id) == 0) return false;
+    return true;
+  }
   // Removes and returns the object; nullptr when not live (so of two threads
   // taking the same handle, exactly one gets it).
   std::shared_ptr<T> take(uintptr_t id) {
@@ -117,6 +126,8 @@ struct TensorInfo {
 // False when `tensor` is not a live aclTensor (destroyed or never created).
 bool tensor_info(const aclTensor* tensor, TensorInfo* info);
 bool tensor_is_live(const aclTensor* tensor);
+// Whether every non-NULL tensor of `tensors` is live (one look at the registry).
+bool tensors_are_live(std::span<const aclTensor* const> tensors);
 
 // "[a,b,c]": dims in messages, as the core writes them (ops::dims_string).
 inline std::string dims_text(const std::vector<int64_t>& dims) {
@@ -244,12 +255,15 @@ struct PostBackward { core::PostProblem problem; };
 // A call CANN accepts and runs nothing for (its empty cases): the run phase
 // checks its arguments, writes nothing and frees the executor.
 struct NothingToRun {};
-using Problem = std::variant<core::ForwardProblem, core::BackwardProblem, SinkhornForward, SinkhornBackward,
+using Problem = std::variant<ops::pre_forward::Primitive, core::BackwardProblem, SinkhornForward, SinkhornBackward,
                              PostForward, PostBackward, ops::pre_sinkhorn::ForwardProblem,
                              ops::pre_sinkhorn::BackwardProblem, NothingToRun>;
 
-// Registers an executor holding a copy of the validated problem (no reference
-// to any aclTensor) and reports the workspace the run phase needs.
+// Registers an executor holding the validated problem (no reference to any
+// aclTensor; shared, never changed, so a first phase that answers again from its
+// memo hands out the same one) and reports the workspace the run phase needs.
+aclnnStatus create_executor(const char* run_op, std::shared_ptr<const Problem> problem, size_t core_workspace_bytes,
+                            uint64_t* workspace_size, aclOpExecutor** executor);
 aclnnStatus create_executor(const char* run_op, Problem problem, size_t core_workspace_bytes,
                             uint64_t* workspace_size, aclOpExecutor** executor);
 // The run phase of `op`: checks the executor (live, made by `op`'s first

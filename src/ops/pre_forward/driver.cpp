@@ -73,47 +73,77 @@ kernels::ForwardOperands operands_of(const core::ForwardProblem& p) {
 
 }  // namespace
 
-size_t workspace_bytes(const core::ForwardProblem& problem, int num_threads) {
+Primitive make_primitive(const core::ForwardProblem& problem, int num_threads) {
+  Primitive primitive;
+  primitive.problem = problem;
+  const Selected selected = select(problem);
+  primitive.kernels = selected.kernels;
+  primitive.finish = selected.finish;
+  primitive.threads = resolve_threads(num_threads);
+  primitive.plan = make_plan(*selected.kernels, shape_of(problem), primitive.threads);
   core::ForwardProblem staged = problem;
-  const Plan plan = make_plan(*select(problem).kernels, shape_of(problem), resolve_threads(num_threads));
-  return staging_of(&staged).workspace_bytes(plan.workspace_bytes);
+  const Staging staging = staging_of(&staged);
+  primitive.staged = staging.any();
+  primitive.operands = operands_of(problem);
+  primitive.workspace_bytes = staging.workspace_bytes(primitive.plan.workspace_bytes);
+  return primitive;
 }
 
-Status run(const core::ForwardProblem& original, void* workspace, size_t workspace_bytes, int num_threads) {
-  const Selected selected = select(original);
-  const kernels::PreForwardKernels& kernels = *selected.kernels;
-  const int threads = resolve_threads(num_threads);
-  const Plan plan = make_plan(kernels, shape_of(original), threads);
-  core::ForwardProblem problem = original;
-  Staging staging = staging_of(&problem);
-  if (Status s = workspace_error(staging.workspace_bytes(plan.workspace_bytes), workspace_bytes, workspace); !s.ok())
-    return s;
-  const int64_t T = problem.dims.T;
+Status run(const Primitive& primitive, void* workspace, size_t workspace_bytes) {
+  const Plan& plan = primitive.plan;
+  if (Status s = workspace_error(primitive.workspace_bytes, workspace_bytes, workspace); !s.ok()) return s;
+  const int64_t T = primitive.problem.dims.T;
   if (T == 0) return {};
-  staging.gather(workspace, plan.workspace_bytes, threads);
-  const kernels::ForwardOperands operands = operands_of(problem);
+  // Only a staged call needs its own problem (pointing at the copies).
+  core::ForwardProblem staged_problem;
+  Staging staging;
+  if (primitive.staged) {
+    staged_problem = primitive.problem;
+    staging = staging_of(&staged_problem);
+    staging.gather(workspace, plan.workspace_bytes, primitive.threads);
+  }
+  const kernels::ForwardOperands staged_operands = primitive.staged ? operands_of(staged_problem)
+                                                                     : kernels::ForwardOperands{};
+  const kernels::ForwardOperands& operands = primitive.staged ? staged_operands : primitive.operands;
+  const kernels::PreForwardKernels& kernels = *primitive.kernels;
   const Workspace w = lay_out(plan, workspace);
-  if (plan.prepare_parts > 0)
-    runtime::parallel_for(plan.prepare_parts, plan.prepare_parts, [&](int64_t part, int worker) {
-      w.prepared.finite[part] =
-          kernels.prepare(operands, w.prepared.data, part, plan.prepare_parts, w.scratch(worker)) ? 1 : 0;
-    });
+  if (plan.prepare_parts > 0) {
+    // What a helper reads travels in the job's line (the workspace's address) or
+    // stays the same between calls (the primitive), not on this thread's stack,
+    // whose lines it would fetch again for every call (mhc-bench decode).
+    auto prepare = [&operands, &plan, &kernels, workspace](int64_t part, int worker) {
+      const Workspace own = lay_out(plan, workspace);
+      const bool finite = kernels.prepare(operands, own.prepared.data, part, plan.prepare_parts, own.scratch(worker));
+      own.prepared.finite[part] = finite ? 1 : 0;
+    };
+    static_assert(runtime::detail::kBodyInline<decltype(prepare)>, "the job's captures in its line");
+    runtime::parallel_for(plan.prepare_parts, plan.prepare_parts, prepare);
+  }
   if (kernels.serial) {
-    kernels.tokens({&operands, w.scratch_base, &w.prepared, selected.finish}, 0, T);
+    kernels.tokens({&operands, w.scratch_base, &w.prepared, primitive.finish}, 0, T);
   } else {
     runtime::parallel_for(plan.items, plan.threads, [&](int64_t item, int worker) {
       const int64_t t0 = item * plan.item_tokens;
-      kernels.tokens({&operands, w.scratch(worker), &w.prepared, selected.finish}, t0,
+      kernels.tokens({&operands, w.scratch(worker), &w.prepared, primitive.finish}, t0,
                      std::min(T, t0 + plan.item_tokens));
     });
   }
-  staging.scatter(threads);
+  if (primitive.staged) staging.scatter(primitive.threads);
   return {};
 }
 
+size_t workspace_bytes(const core::ForwardProblem& problem, int num_threads) {
+  return make_primitive(problem, num_threads).workspace_bytes;
+}
+
+Status run(const core::ForwardProblem& problem, void* workspace, size_t workspace_bytes, int num_threads) {
+  return run(make_primitive(problem, num_threads), workspace, workspace_bytes);
+}
+
 Status run_in_thread_workspace(const core::ForwardProblem& problem, int num_threads) {
-  return in_thread_workspace(workspace_bytes(problem, num_threads), [&](void* workspace, size_t bytes) {
-    return run(problem, workspace, bytes, num_threads);
+  const Primitive primitive = make_primitive(problem, num_threads);
+  return in_thread_workspace(primitive.workspace_bytes, [&](void* workspace, size_t bytes) {
+    return run(primitive, workspace, bytes);
   });
 }
 

@@ -6,7 +6,9 @@
 #include <cstddef>
 
 #include "core/problem.hpp"
+#include "kernels/pre_forward.hpp"
 #include "mhc/mhc.hpp"
+#include "ops/pre_forward/plan.hpp"
 
 namespace mhc::ops::pre_forward {
 
@@ -17,9 +19,31 @@ struct Rules {
 
 Status validate(const PreForwardInputs& in, const PreForwardOutputs& out, const Options& options,
                 core::ForwardProblem* problem, const Rules& rules = {});
-// Bytes of workspace run() needs at this thread count (<= 0: the default count); may be 0.
+// A problem planned for a thread count (oneDNN's primitive): the kernels of its
+// family, the plan and the workspace size are fixed once, so a face that runs the
+// same problem again (aclnn's first phase asked again) only lays out the workspace
+// and runs.
+struct Primitive {
+  core::ForwardProblem problem;
+  int threads = 1;
+  const kernels::PreForwardKernels* kernels = nullptr;
+  kernels::FinishTokens finish = nullptr;  // what the items end with (the base table's)
+  Plan plan;
+  bool staged = false;  // some tensor is gathered into or scattered from the workspace
+  // The kernels' view of the problem's tensors (unless staged). Kept here, not
+  // formed per call: a helper thread reads it from its own cache when the same
+  // primitive runs again (aclnn's memo), instead of from the caller's stack.
+  kernels::ForwardOperands operands;
+  size_t workspace_bytes = 0;
+};
+
+// num_threads <= 0: the default count.
+Primitive make_primitive(const core::ForwardProblem& problem, int num_threads = 0);
+// `workspace`: primitive.workspace_bytes bytes aligned to 64 (nullptr when 0).
+Status run(const Primitive& primitive, void* workspace, size_t workspace_bytes);
+
+// Both of the above in one.
 size_t workspace_bytes(const core::ForwardProblem& problem, int num_threads = 0);
-// `workspace`: workspace_bytes(problem, num_threads) bytes aligned to 64 (nullptr when 0).
 Status run(const core::ForwardProblem& problem, void* workspace, size_t workspace_bytes, int num_threads);
 
 // run() in the calling thread's reused workspace, sized here (the C++ face's call).
