@@ -1,9 +1,12 @@
 // The decode rows of mhc-bench (shape "decode"): MhcPre's forward at T = 1, 4,
 // 16, 32 and 64 tokens, N = 4, D = 4096 and 7168, bf16 with gamma, timed through
 // the C++ API and through aclnn's two phases (GetWorkspaceSize, then the call:
-// an inference loop runs both every step), beside a floor probe per D: the T = 1
-// row's phi streamed once through fp32 FMAs against one token's u, on persistent
-// pinned threads that split K.
+// an inference loop runs both every step), each beside a floor probe: the row's
+// own phi streamed once through fp32 FMAs against one token's u, on persistent
+// pinned threads that split K, timed in blocks in turn with the row's calls so
+// that their ratio is taken side by side. The calling thread is pinned to the
+// first CPU throughout (the probe's worker 0; the libraries' pools are started
+// before, so their helpers run on the other CPUs).
 #pragma once
 
 #include <cstdint>
@@ -16,7 +19,7 @@ namespace mhc_bench {
 
 struct DecodeFloor {
   int64_t D = 0;
-  Timing timing;  // one pass of phi, all threads: the fastest row blocking
+  Timing timing;  // one pass of the T = 1 row's phi, all threads, in its fastest row blocking
   FloorBlocking blocking = FloorBlocking::narrow_rows;  // which (floor_pass.hpp)
 };
 
@@ -25,7 +28,7 @@ struct DecodeRow {
   OperatorCost cost;
   double fma_bound_ms = 0;  // 2 T F K / the FMA peak
   Timing cpp, aclnn;
-  double floor_ms = 0;      // the probe's median at this D
+  double floor_ms = 0;      // the probe's median over this row's phi, timed beside it
 };
 
 struct DecodeResults {

@@ -306,8 +306,8 @@ int run(int argc, char** argv) {
     const DecodeResults d = run_decode_cases(cl.threads, cl.runs, cl.min_seconds, peak_n.gflops);
     const double busy = foreign.foreign_cpus();
     max_foreign = std::max(max_foreign, busy);
-    std::printf("\ndecode: MhcPre forward, N=4 bf16 with gamma; floor: the T=1 row's phi streamed once through FMAs on %d "
-                "persistent threads\n", cl.threads);
+    std::printf("\ndecode: MhcPre forward, N=4 bf16 with gamma; floor: each row's phi streamed once through FMAs on %d "
+                "persistent threads, timed in turn with the row's calls (the floor D= lines: T=1's)\n", cl.threads);
     for (const DecodeFloor& f : d.floors)
       std::printf("floor D=%-5lld %10.4f ms  (%s)\n", (long long)f.D, f.timing.median(),
                   floor_blocking_name(f.blocking));
