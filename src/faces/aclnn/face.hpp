@@ -16,9 +16,9 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
-#include <span>
 #include <utility>
 #include <variant>
 #include <vector>
