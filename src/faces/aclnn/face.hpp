@@ -60,6 +60,11 @@ int32_t enum_value(const Enum& e) {
 // instead of a use-after-free.
 uintptr_t next_handle_id();
 
+template <class Handle>
+uintptr_t handle_id(Handle* h) { return reinterpret_cast<uintptr_t>(h); }
+template <class Handle>
+Handle* as_handle(uintptr_t id) { return reinterpret_cast<Handle*>(id); }
+
 template <class T>
 class HandleRegistry {
  public:
@@ -79,11 +84,12 @@ class HandleRegistry {
     std::lock_guard<std::mutex> lock(mutex_);
     return live_.count(id) != 0;
   }
-  // Whether every id but 0 (NULL) is live, under one lock.
-  bool contains_all(std::span<const uintptr_t> ids) const {
+  // Whether every handle but NULL is live, under one lock.
+  template <class Handle>
+  bool contains_all(std::span<Handle* const> handles) const {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (uintptr_t id : ids)
-      if (id != 0 && live_.count(id) == 0) return false;
+    for (Handle* h : handles)
+      if (h != nullptr && live_.count(handle_id(h)) == 0) return false;
     return true;
   }
   // Removes and returns the object; nullptr when not live (so of two threads
@@ -101,11 +107,6 @@ class HandleRegistry {
   mutable std::mutex mutex_;
   std::unordered_map<uintptr_t, std::shared_ptr<T>> live_;
 };
-
-template <class Handle>
-uintptr_t handle_id(Handle* h) { return reinterpret_cast<uintptr_t>(h); }
-template <class Handle>
-Handle* as_handle(uintptr_t id) { return reinterpret_cast<Handle*>(id); }
 
 // A NULL stream (CANN's default stream) or one from aclrtCreateStream.
 bool stream_is_usable(aclrtStream stream);

@@ -78,16 +78,7 @@ bool tensor_info(const aclTensor* tensor, TensorInfo* info) {
 
 bool tensor_is_live(const aclTensor* tensor) { return tensors().contains(handle_id(tensor)); }
 
-bool tensors_are_live(std::span<const aclTensor* const> list) {
-  uintptr_t ids[16];
-  if (list.size() > std::size(ids)) {
-    for (const aclTensor* t : list)
-      if (t != nullptr && !tensor_is_live(t)) return false;
-    return true;
-  }
-  for (size_t i = 0; i < list.size(); ++i) ids[i] = handle_id(list[i]);
-  return tensors().contains_all(std::span<const uintptr_t>(ids, list.size()));
-}
+bool tensors_are_live(std::span<const aclTensor* const> list) { return tensors().contains_all(list); }
 
 aclnnStatus to_view(const char* op, const TensorArg& arg, TensorView* view) {
   // The message's prefix, built only for a message (every call converts every tensor).
