@@ -126,7 +126,11 @@ class Pool {
     auto helpers_done = [&] { return done_.finished.load(std::memory_order_seq_cst) == finished; };
     if (!spin_until(helpers_done)) {
       std::unique_lock<std::mutex> lock(mutex_);
-      done_.caller_waits.store(true, std::memory_order_seq_cst);  // then helpers_done, under the lock
+      // Then helpers_done, under the lock. An exchange, not a store: qemu-user on x86 lets an
+      // aarch64 store-release pass the load-acquire after it, and a helper that finished
+      // in between was never seen nor woke the caller (ThreadPool.EveryJobEndsWithNobodyPolling
+      // under qemu: asleep for good after 233 k-850 k jobs).
+      done_.caller_waits.exchange(true, std::memory_order_seq_cst);
       finished_cv_.wait(lock, helpers_done);
       done_.caller_waits.store(false, std::memory_order_relaxed);
     }
