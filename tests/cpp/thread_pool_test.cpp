@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/rng.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace {
@@ -55,10 +56,9 @@ TEST(ThreadPool, EveryJobEndsWithNobodyPolling) {
       last = now;
     }
   });
-  uint32_t seed = 1;
+  mhc_test::Rng rng(1);
   for (int64_t job = 0; job < jobs; ++job) {
-    seed = seed * 1103515245u + 12345u;
-    const int64_t helper_share = (seed >> 8) % span;
+    const int64_t helper_share = rng.below(span);
     mhc::runtime::parallel_for(2, 2, [&](int64_t item, int) {
       busy(item == 0 ? span / 2 : helper_share);
       items_run.fetch_add(1, std::memory_order_relaxed);
