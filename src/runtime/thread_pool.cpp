@@ -129,7 +129,7 @@ class Pool {
       // Then helpers_done, under the lock. An exchange, not a store: qemu-user on x86 lets an
       // aarch64 store-release pass the load-acquire after it, and a helper that finished
       // in between was never seen nor woke the caller (ThreadPool.EveryJobEndsWithNobodyPolling
-      // under qemu: asleep for good after 233 k-850 k jobs).
+      // under qemu: asleep for good after 0.23-1.39 M jobs).
       done_.caller_waits.exchange(true, std::memory_order_seq_cst);
       finished_cv_.wait(lock, helpers_done);
       done_.caller_waits.store(false, std::memory_order_relaxed);
