@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Hardening checks (docs/reliability.md), after scripts/setup.sh has installed the packages:
-#   1. ASan + UBSan (clang): every C++ test (tests/cpp, tests/kernels, tests/aclnn) through ctest;
+#   1. ASan + UBSan (clang): the C++ tests of the quick tier (tests/cpp, tests/kernels, tests/aclnn)
+#      through ctest, every family checked in turn inside the suites that do so;
 #   2. TSan (GCC): the threaded tests (determinism, concurrency, the aclnn tests);
 #   3. libFuzzer: the fifteen fuzz targets replay their corpus (tests/fuzz/corpus), then fuzz
 #      for MHC_FUZZ_SECONDS each.
@@ -102,7 +103,7 @@ build_asan() {
 if [[ " $steps " == *" asan "* ]]; then
   echo "== hardening: ASan + UBSan, the C++ test suite ($(elapsed))"
   if build_asan; then
-    (cd "$asan_dir" && ctest -j2 --timeout 1500 --output-on-failure -LE fuzz -E "^(python_|aclnn_install_consumer)" \
+    (cd "$asan_dir" && ctest -j2 --timeout 1500 --output-on-failure -LE "fuzz|full" -E "^(python_|aclnn_install_consumer)" \
        > "$out/asan-ctest.log" 2>&1)
     grep -E "tests passed|Total Test time" "$out/asan-ctest.log"
     count_ctest "$out/asan-ctest.log" "ASan+UBSan ctest"

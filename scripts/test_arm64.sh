@@ -7,40 +7,24 @@
 #   sve256  -cpu a64fx,sve256=on   the same, 256-bit vectors              dispatch: sve
 #   sve512  -cpu a64fx,sve512=on   the same, 512-bit vectors              dispatch: sve
 #   sve2    -cpu max,sve128=on     SVE2, 128-bit vectors (Neoverse N2/V2)  dispatch: sve2
-# What runs where (C++ GoogleTest suites of tests/cpp, tests/kernels, tests/aclnn):
-#   - neon: every suite with the family dispatch chooses (checked: MHC_EXPECT_ISA), long cases
-#     included (the suites that check each family in turn cover neon, portable and reference
-#     there), and the binaries whose results follow the default family (oracle agreement,
-#     strided views, determinism, edge cases, concurrency: ctest's per-MHC_ISA set) again with
-#     portable and reference forced;
-#   - sve128, sve2: every suite but LONG_CASES; the per-family binaries and those that check
-#     each family in turn (own_family: bitwise identity, decode batch invariance) with the
-#     CPU's own family forced (sve; sve2), the rest with dispatch;
-#   - sve512: wide_suites (the kernel testers, the bitwise pins, the strided views, the
-#     Sinkhorn's suite, ...), the decode path's batch invariance for bf16 x and the oracle's
-#     cases at D = 100, forced to sve as above;
-#   - sve256: what depends on the vector width alone (width_suites: the kernel testers, the
-#     bitwise pins), the decode path's batch invariance for bf16 x and the oracle's cases at
-#     D = 100: its kernels are those sve128 and sve512 run at either side.
-# A family forced on a CPU other than the one listed runs the same instructions there, so it
-# is not repeated (neon, portable and reference run whole on neon; sve on sve128). The aclnn
-# examples run on each CPU and are checked as ctest checks them. The two lanes of targets run
-# side by side, each suite's line printed as it ends; a binary still running after 900 s is
-# stopped and counted as a failure.
-#
-# Left out, as qemu cannot afford or emulate them (the x86-64 run has all of it):
-#   - on sve256 and sve512, the determinism, concurrency, edge-case, post, fused-pair and HF32
-#     suites and most of the oracle's cases (on sve256 also the rest of wide_suites): qemu
-#     makes the scalar floating-point code that follows any SVE instruction 10-25 times slower
-#     once vectors exceed 128 bits, and those cases are mostly harness code; their SVE
-#     kernels are the ones sve128 runs whole at another width, and the kernel testers hold
-#     each one to its stated order at this width;
-#   - LONG_CASES everywhere but neon (one batch-invariance case at D = 4100, the post's
-#     thread-count sweep: 84 s of the neon run);
-#   - EdgeSizes.WorkspaceBeyondMemory* and EdgeSizes.PortablePlanWithAbsurdThreadCount*: they map
-#     terabytes of PROT_NONE address space, for which qemu-user allocates a descriptor per page
-#     (over 24 GB: the kernel kills it);
-#   - mhc_main_job (T = 4096, N = 4, D = 4096) is built but not run: hours under qemu.
+# What runs where: what differs on Arm — the families' kernels, dispatch, the pool's memory
+# ordering and the end-to-end bits — not the x86 run's grids again (their harness code is the
+# same C++ on either architecture):
+#   - neon: with the family dispatch chooses (checked: MHC_EXPECT_ISA) the kernel testers
+#     (every compiled family against the float64 reference, each at its stated order), the
+#     bitwise pins and the decode path's batch invariance (neon, portable and reference in
+#     turn), the oracle agreement, the concurrency suite and the pool's hand-offs under stress
+#     (MHC_POOL_STRESS_JOBS), and the aclnn examples;
+#   - sve128, sve2: the kernel testers, and with the CPU's own family forced (sve; sve2) the
+#     bitwise pins, the decode path's batch invariance and the oracle's cases at D = 100;
+#   - sve512, and sve256 when named: the kernel testers, the bitwise pins and the decode
+#     path's batch invariance for bf16 x (its lane sums are laid out by the vector width),
+#     forced to sve.
+# qemu is 10-50 times slower than the hardware, and on SVE vectors wider than 128 bits it
+# makes the scalar floating-point code after any SVE instruction another 10-25 times slower.
+# Never under qemu-user: EdgeSizes.WorkspaceBeyondMemory* and
+# EdgeSizes.PortablePlanWithAbsurdThreadCount* (they map terabytes of PROT_NONE address
+# space, for which qemu-user allocates a descriptor per page), and mhc_main_job (hours).
 # Exits non-zero on any failure; the last line is "arm64: N passed, M failed (targets: ...)",
 # counting GoogleTest cases of every run and the example programs.
 #
@@ -80,6 +64,17 @@ elif [ -n "${added_arch:-}" ]; then
 fi
 t_install=$((SECONDS - start_all))
 
+# The pool's hand-offs many times over (tests/cpp/thread_pool_test.cpp), on neon: under qemu a
+# lost wake-up showed after 0.23 to 1.39 million jobs; about 90 s.
+export MHC_POOL_STRESS_JOBS=3000000
+neon_suites=(tests/kernels/mhc_kernel_tests tests/cpp/mhc_bitwise_identity_test tests/cpp/mhc_decode_invariance_test
+             tests/cpp/mhc_oracle_agreement_test tests/cpp/mhc_concurrency_test tests/cpp/mhc_thread_pool_test)
+examples=(aclnn_mhc_sinkhorn aclnn_mhc_sinkhorn_backward aclnn_mhc_post aclnn_mhc_post_backward
+          aclnn_mhc_pre_sinkhorn aclnn_mhc_pre_sinkhorn_backward)
+ORACLE_D100="KernelSelection.*:*_D100_*"
+DECODE_BF16="*bf16"
+QEMU_EXCLUDED="EdgeSizes.WorkspaceBeyondMemory*:EdgeSizes.PortablePlanWithAbsurdThreadCount*"
+
 # --- cross build
 mkdir -p "$out"
 t0=$SECONDS
@@ -87,7 +82,11 @@ if ! cmake -S "$root" -B "$out" -G Ninja -DCMAKE_TOOLCHAIN_FILE="$root/cmake/aar
      -DCMAKE_BUILD_TYPE=Release -DMHC_BUILD_BENCH=OFF -DMHC_PYTHON_COPY=OFF > "$out/configure.log" 2>&1; then
   cat "$out/configure.log"; echo "arm64: 0 passed, 1 failed (targets: none: configure failed)"; exit 1
 fi
-if ! ninja -C "$out" > "$out/build.log" 2>&1; then
+# What the runs below use (the cross build of everything else would take as long again).
+build_targets=("${neon_suites[@]}" examples/aclnn_mhc_pre examples/aclnn_mhc_pre_backward
+               tests/aclnn/aclnn_example_agreement tests/aclnn/aclnn_cann_style_program)
+for program in "${examples[@]}"; do build_targets+=("examples/$program"); done
+if ! ninja -C "$out" "${build_targets[@]}" > "$out/build.log" 2>&1; then
   grep -E "error|FAILED" "$out/build.log" | head -40
   echo "arm64: 0 passed, 1 failed (targets: none: build failed)"; exit 1
 fi
@@ -107,38 +106,6 @@ declare -A cpu=([neon]="max,sve=off" [sve128]="a64fx,sve128=on" [sve256]="a64fx,
 declare -A dispatch=([neon]=neon [sve128]=sve [sve256]=sve [sve512]=sve [sve2]=sve2)
 targets=(${MHC_ARM64_TARGETS:-neon sve128 sve512 sve2})
 
-suites=(tests/cpp/mhc_alpha_forms_test tests/cpp/mhc_bitwise_identity_test tests/cpp/mhc_concurrency_test
-        tests/cpp/mhc_decode_invariance_test tests/cpp/mhc_determinism_test tests/cpp/mhc_dtype_conversion_test
-        tests/cpp/mhc_edge_cases_test
-        tests/cpp/mhc_finite_difference_test tests/cpp/mhc_hf32_test tests/cpp/mhc_oracle_agreement_test
-        tests/cpp/mhc_post_test tests/cpp/mhc_pre_sinkhorn_test tests/cpp/mhc_sinkhorn_test
-        tests/cpp/mhc_strided_views_test tests/cpp/mhc_thread_pool_test tests/cpp/mhc_validation_test
-        tests/kernels/mhc_kernel_tests tests/aclnn/mhc_aclnn_tests tests/aclnn/mhc_aclnn_layer_tests)
-# The pool's hand-offs many times over (tests/cpp/thread_pool_test.cpp): under qemu a lost
-# wake-up showed after 0.23 to 1.39 million jobs in seven runs; about 90 s a target.
-export MHC_POOL_STRESS_JOBS=3000000
-# As tests/cpp/CMakeLists.txt registers them once per MHC_TEST_ISAS entry.
-per_family=(tests/cpp/mhc_oracle_agreement_test tests/cpp/mhc_strided_views_test tests/cpp/mhc_determinism_test
-            tests/cpp/mhc_edge_cases_test tests/cpp/mhc_concurrency_test)
-# The suites that check each family in turn, narrowed to the one MHC_ISA names (families_under_test).
-own_family=(tests/cpp/mhc_bitwise_identity_test tests/cpp/mhc_decode_invariance_test)
-# sve512 (see the top): the suites whose cases are mostly the kernels' own work; sve256: those
-# of them whose results depend on the vector width; both: the oracle's cases at D = 100
-# (whole vectors and a ragged end at each width).
-wide_suites=(tests/kernels/mhc_kernel_tests tests/cpp/mhc_bitwise_identity_test tests/cpp/mhc_strided_views_test
-             tests/cpp/mhc_sinkhorn_test tests/cpp/mhc_alpha_forms_test tests/cpp/mhc_finite_difference_test
-             tests/cpp/mhc_validation_test tests/cpp/mhc_dtype_conversion_test tests/aclnn/mhc_aclnn_tests
-             tests/aclnn/mhc_aclnn_layer_tests)
-width_suites=(tests/kernels/mhc_kernel_tests tests/cpp/mhc_bitwise_identity_test)
-WIDE_ORACLE="KernelSelection.*:*_D100_*"
-# sve256 and sve512: the decode path's batch invariance for bf16 x (its lane sums are laid out
-# by the vector width; fp16 and fp32 differ only in the load, which sve128 runs).
-WIDE_DECODE="*bf16"
-# Never under qemu-user (see the top).
-QEMU_EXCLUDED="EdgeSizes.WorkspaceBeyondMemory*:EdgeSizes.PortablePlanWithAbsurdThreadCount*"
-# The long cases (see the top): 65 s and 19 s on neon under qemu, the rest of their suites
-# together less than a minute.
-LONG_CASES="*BatchInvariance*D4100_T520*:PostDeterminism.ThreadCountsGiveTheSameBits"
 
 # glibc.cpu.name=generic: glibc's own SVE string functions (its A64FX memcpy and memset) off.
 # Under qemu, every SVE instruction at vectors over 128 bits makes the scalar floating-point
@@ -216,40 +183,27 @@ fi
 
 # --- the runs: two lanes of targets side by side (the machine's two cores; most of a case's
 # time under qemu is one thread of harness code), each target's results in $logs/$target.*.
-# family_for TARGET BINARY: on an SVE CPU the per-family binaries and those that check each
-# family in turn run with the CPU's own family forced (see the top), the others with dispatch.
-family_for() {
-  if [[ " ${per_family[*]} ${own_family[*]} " == *" $2 "* ]]; then echo "${dispatch[$1]}"; else echo dispatch; fi
-}
-
-# run_target TARGET: the dispatch run, the forced runs and the examples of one CPU; its lines
-# are printed as they come (a lane's progress shows in the log) and kept in $logs/$target.summary.
+# run_target TARGET: one CPU's runs (see the top); its lines are printed as they come (a lane's
+# progress shows in the log) and kept in $logs/$target.summary.
 run_target() {
-  local target=$1 t=$SECONDS family binary program sample dump
+  local target=$1 t=$SECONDS family=${dispatch[$1]} binary program sample dump
   passed=0 failed=0 skipped=0 failures=()
   {
     echo "== arm64: $target (qemu -cpu ${cpu[$target]}; dispatch: ${dispatch[$target]})"
+    run_suite "$target" dispatch tests/kernels/mhc_kernel_tests "*"
     case $target in
-      neon)  # the full suites once, with the long cases, then portable and reference forced
-        for binary in "${suites[@]}"; do run_suite "$target" dispatch "$binary" "-$QEMU_EXCLUDED"; done
-        for family in portable reference; do
-          for binary in "${per_family[@]}"; do run_suite "$target" "$family" "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"; done
-        done ;;
+      neon)
+        for binary in "${neon_suites[@]:1}"; do run_suite "$target" dispatch "$binary" "-$QEMU_EXCLUDED"; done ;;
       sve128|sve2)
-        for binary in "${suites[@]}"; do
-          run_suite "$target" "$(family_for "$target" "$binary")" "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"
-        done ;;
+        run_suite "$target" "$family" tests/cpp/mhc_bitwise_identity_test "*"
+        run_suite "$target" "$family" tests/cpp/mhc_decode_invariance_test "*"
+        run_suite "$target" "$family" tests/cpp/mhc_oracle_agreement_test "$ORACLE_D100-$QEMU_EXCLUDED" ;;
       sve256|sve512)
-        local -a chosen=("${wide_suites[@]}")
-        [ "$target" = sve256 ] && chosen=("${width_suites[@]}")
-        for binary in "${chosen[@]}"; do
-          run_suite "$target" "$(family_for "$target" "$binary")" "$binary" "-$QEMU_EXCLUDED:$LONG_CASES"
-        done
-        run_suite "$target" sve tests/cpp/mhc_decode_invariance_test "$WIDE_DECODE"
-        run_suite "$target" sve tests/cpp/mhc_oracle_agreement_test "$WIDE_ORACLE-$QEMU_EXCLUDED" ;;
+        run_suite "$target" "$family" tests/cpp/mhc_bitwise_identity_test "*"
+        run_suite "$target" "$family" tests/cpp/mhc_decode_invariance_test "$DECODE_BF16" ;;
     esac
-    # The examples, as tests/aclnn/CMakeLists.txt checks them.
-    for sample in forward backward; do
+    # The examples, on neon, as tests/aclnn/CMakeLists.txt checks them.
+    [ "$target" = neon ] && for sample in forward backward; do
       program=aclnn_mhc_pre
       [ "$sample" = backward ] && program=aclnn_mhc_pre_backward
       dump="$logs/$target.$program.bin"
@@ -257,12 +211,11 @@ run_target() {
       run_example "$target" "${program}_matches_cpp_api" "all outputs identical to the C\+\+ API" \
         "$out/tests/aclnn/aclnn_example_agreement" "$sample" "$dump"
     done
-    for program in aclnn_mhc_sinkhorn aclnn_mhc_sinkhorn_backward aclnn_mhc_post aclnn_mhc_post_backward \
-                   aclnn_mhc_pre_sinkhorn aclnn_mhc_pre_sinkhorn_backward; do
+    [ "$target" = neon ] && for program in "${examples[@]}"; do
       run_example "$target" "$program" ": PASSED" "$out/examples/$program"
     done
-    run_example "$target" aclnn_cann_style_program "all outputs agree with the double-precision computation" \
-      "$out/tests/aclnn/aclnn_cann_style_program"
+    [ "$target" = neon ] && run_example "$target" aclnn_cann_style_program \
+      "all outputs agree with the double-precision computation" "$out/tests/aclnn/aclnn_cann_style_program"
     echo "== arm64: $target: $passed passed, $failed failed, $skipped skipped in $((SECONDS - t)) s"
   } > >(tee "$logs/$target.summary") 2>&1
   printf '%s\n' "$passed $failed $skipped $((SECONDS - t))" > "$logs/$target.counts"
