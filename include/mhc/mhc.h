@@ -57,7 +57,7 @@ typedef struct mhc_tensor {
 
 /* Kernel families. MHC_ISA_DEFAULT: the process default (mhc_set_isa, else MHC_ISA, else the best this CPU runs).
    Best first: on x86-64 AMX, AVX512, AVX2; on aarch64 SVE2, SVE, NEON; then PORTABLE, REFERENCE (the
-   Arm families came later, so their values follow). */
+   values are not in that order: mhc_available_isas() lists the families best first). */
 typedef enum mhc_isa_id {
   MHC_ISA_DEFAULT = 0, MHC_ISA_AMX = 1, MHC_ISA_AVX512 = 2, MHC_ISA_AVX2 = 3,
   MHC_ISA_PORTABLE = 4, MHC_ISA_REFERENCE = 5,
@@ -68,7 +68,12 @@ typedef enum mhc_isa_id {
    (CANN's opImplMode 1, torch_npu's inner_precise=1). */
 typedef enum mhc_matmul_precision { MHC_MATMUL_FP32 = 0, MHC_MATMUL_HF32 = 1 } mhc_matmul_precision;
 
+/* Start from mhc_default_options(): it sets struct_size, which lets the struct grow
+   without breaking callers built against a shorter one (fields past a caller's
+   struct_size take their defaults). A struct_size smaller than this first version's
+   is MHC_ERR_INVALID. */
 typedef struct mhc_options {
+  uint32_t struct_size;     /* sizeof(mhc_options) as the caller compiled it */
   double norm_eps;          /* default 1e-6 */
   double hc_eps;            /* default 1e-6 */
   int32_t num_threads;      /* 0: MHC_NUM_THREADS or all hardware threads */
@@ -134,6 +139,50 @@ MHC_API int mhc_pre_sinkhorn_backward(const mhc_tensor *grad_h_in, const mhc_ten
                                       const mhc_tensor *grad_alpha, const mhc_tensor *grad_bias,
                                       const mhc_options *options /* nullable: defaults */);
 
+/* What each operator function above takes, in order, for bindings that build their
+   prototypes at run time (the Python package does); made from the same description
+   (src/description/operators.def) as the functions themselves. */
+typedef enum mhc_arg_kind {
+  MHC_ARG_TENSOR_IN = 0,  /* const mhc_tensor *, read */
+  MHC_ARG_TENSOR_OUT = 1, /* const mhc_tensor *, written */
+  MHC_ARG_DOUBLE = 2,
+  MHC_ARG_INT64 = 3
+} mhc_arg_kind;
+typedef struct mhc_arg_desc {
+  const char *name;
+  int32_t kind;       /* mhc_arg_kind */
+  int32_t nullable;   /* 1: NULL accepted (when it may be absent is the operator's rule) */
+  const char *dtypes; /* "bf16|fp16|fp32", "fp32", "x" (x's dtype), "x|fp32"; "" for scalars */
+  const char *shape;  /* SPEC's symbols, ".." the token dims ([B,S] or [T]), "|" alternatives */
+} mhc_arg_desc;
+typedef struct mhc_operator_desc {
+  const char *name;      /* the function is mhc_<name> */
+  const char *spec;      /* SPEC sections */
+  const char *cann;      /* CANN's aclnn operator */
+  const char *torch_npu; /* torch_npu's (or CANN's torch extension's) function */
+  int32_t num_args;      /* the trailing const mhc_options * not counted */
+  const mhc_arg_desc *args;
+} mhc_operator_desc;
+MHC_API const mhc_operator_desc *mhc_operators(int32_t *count);
+
+/* Every constant of this header by name without its MHC_ prefix ("BF16", "ERR_INVALID",
+   "ISA_AVX2", "MAX_RANK", ...), and the fields of its structs, for the same bindings. */
+typedef struct mhc_constant {
+  const char *name;
+  int64_t value;
+} mhc_constant;
+MHC_API const mhc_constant *mhc_constants(int32_t *count);
+typedef enum mhc_field_kind { MHC_FIELD_POINTER = 0, MHC_FIELD_INT32 = 1, MHC_FIELD_UINT32 = 2,
+                              MHC_FIELD_INT64 = 3, MHC_FIELD_DOUBLE = 4 } mhc_field_kind;
+typedef struct mhc_field_desc {
+  const char *name;
+  int32_t kind;   /* mhc_field_kind */
+  int32_t count;  /* 1, or an array's length */
+  int64_t offset; /* in bytes */
+} mhc_field_desc;
+/* "mhc_tensor" or "mhc_options"; NULL for any other name. *size: sizeof the struct. */
+MHC_API const mhc_field_desc *mhc_struct_fields(const char *struct_name, int32_t *count, int64_t *size);
+
 /* The message and kind of the last failure on this thread ("" / NONE after success). */
 MHC_API const char *mhc_last_error(void);
 MHC_API int mhc_last_error_kind(void);
@@ -147,6 +196,8 @@ MHC_API int mhc_set_isa(const char *name);
 MHC_API const char *mhc_isa(void);
 /* 1 if this build and CPU run the named family, else 0. */
 MHC_API int mhc_isa_available(const char *name);
+/* The families this build and CPU run, best first, comma-separated ("avx2,portable,reference"). */
+MHC_API const char *mhc_available_isas(void);
 MHC_API const char *mhc_version(void);
 
 #ifdef __cplusplus

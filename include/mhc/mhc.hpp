@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "mhc/mhc.h"
 
@@ -262,5 +263,7 @@ MHC_API bool isa_available(Isa isa);
 MHC_API const char* isa_name(Isa isa);  // "automatic" for Isa::automatic
 // The family a name names ("scalar" is portable's older name); false for none.
 MHC_API bool isa_from_name(const char* name, Isa* isa);
+// The families this build and CPU run, best first (what the tests loop over).
+MHC_API std::vector<Isa> available_isas();
 
 }  // namespace mhc

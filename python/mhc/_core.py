@@ -72,7 +72,7 @@ def isa():
 
 def available_isas():
     """The kernel families this build and CPU run, best first."""
-    return [name for name in _lib.ISA_BEST_FIRST if _lib.lib.mhc_isa_available(name.encode()) == 1]
+    return _lib.available_isas()
 
 
 def _check(name, t, expected=_X_DTYPES, optional=False):

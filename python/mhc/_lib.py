@@ -1,82 +1,17 @@
 """ctypes binding of the mhc C API (include/mhc/mhc.h).
 
 Only the C ABI is used: no torch C++ extension, so the package works with any
-torch build. The library is looked up in this order:
+torch build. Nothing of the header is copied here: the constants, the layouts of
+mhc_tensor and mhc_options, and every operator's prototype are read from the
+library itself (mhc_constants, mhc_struct_fields, mhc_operators), which makes them
+from the same description as its functions. The library is looked up in this order:
   1. the path in the environment variable MHC_LIBRARY (an error if it fails),
-  2. libmhc.so next to this file (the CMake build copies it here),
+  2. libmhc.so next to this file (an installed wheel, or a build with MHC_PYTHON_COPY=ON),
   3. ctypes.util.find_library("mhc") (an installed library).
 """
 import ctypes
 import ctypes.util
 import os
-
-MAX_RANK = 8
-MAX_ELEMENTS = 17592186044416  # 2^44
-
-# mhc_dtype
-BF16 = 0
-FP16 = 1
-FP32 = 2
-
-# status codes
-OK = 0
-ERR_NULLPTR = 161001
-ERR_INVALID = 161002
-ERR_RUNTIME = 361001
-ERR_INTERNAL = 561001
-
-# mhc_error_kind
-ERROR_NONE = 0
-ERROR_NULL = 1
-ERROR_DTYPE = 2
-ERROR_SHAPE = 3
-ERROR_LAYOUT = 4
-ERROR_VALUE = 5
-ERROR_RUNTIME = 6
-
-# mhc_isa_id: the kernel families (ISA_NAMES[i] is the family of id i + 1; the Arm
-# families came later, so their ids follow)
-ISA_DEFAULT = 0
-ISA_AMX = 1
-ISA_AVX512 = 2
-ISA_AVX2 = 3
-ISA_PORTABLE = 4
-ISA_REFERENCE = 5
-ISA_SVE2 = 6
-ISA_SVE = 7
-ISA_NEON = 8
-ISA_NAMES = ("amx", "avx512", "avx2", "portable", "reference", "sve2", "sve", "neon")
-# Best first, as the registry orders them (x86-64's, then aarch64's, then the portable ones).
-ISA_BEST_FIRST = ("amx", "avx512", "avx2", "sve2", "sve", "neon", "portable", "reference")
-
-# enum mhc_matmul_precision
-MATMUL_FP32 = 0
-MATMUL_HF32 = 1
-
-
-class MhcTensor(ctypes.Structure):
-    """struct mhc_tensor: a non-owning view, shape and strides in elements."""
-
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("dtype", ctypes.c_int32),
-        ("rank", ctypes.c_int32),
-        ("shape", ctypes.c_int64 * MAX_RANK),
-        ("strides", ctypes.c_int64 * MAX_RANK),
-    ]
-
-
-class MhcOptions(ctypes.Structure):
-    """struct mhc_options."""
-
-    _fields_ = [
-        ("norm_eps", ctypes.c_double),
-        ("hc_eps", ctypes.c_double),
-        ("num_threads", ctypes.c_int32),
-        ("isa", ctypes.c_int32),  # mhc_isa_id; ISA_DEFAULT: the process default (set_isa)
-        ("matmul_precision", ctypes.c_int32),  # MATMUL_FP32 or MATMUL_HF32 (inner_precise)
-    ]
-
 
 _BUILD_HINT = (
     "build it from the repository root with "
@@ -110,62 +45,90 @@ def _load():
 
 lib = _load()
 
+
+# The description structs themselves (mhc.h): the one layout this side states.
+class _Constant(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("value", ctypes.c_int64)]
+
+
+class _Field(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("kind", ctypes.c_int32), ("count", ctypes.c_int32),
+                ("offset", ctypes.c_int64)]
+
+
+class _Arg(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("kind", ctypes.c_int32), ("nullable", ctypes.c_int32),
+                ("dtypes", ctypes.c_char_p), ("shape", ctypes.c_char_p)]
+
+
+class _Operator(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("spec", ctypes.c_char_p), ("cann", ctypes.c_char_p),
+                ("torch_npu", ctypes.c_char_p), ("num_args", ctypes.c_int32), ("args", ctypes.POINTER(_Arg))]
+
+
+def _table(function, restype, *extra):
+    function.restype = ctypes.POINTER(restype)
+    count = ctypes.c_int32()
+    rows = function(*extra, ctypes.byref(count))
+    return [rows[i] for i in range(count.value)]
+
+
+# Every constant of mhc.h by its name without MHC_ (BF16, ERR_INVALID, ISA_AVX2, MAX_RANK, ...).
+lib.mhc_constants.argtypes = [ctypes.POINTER(ctypes.c_int32)]
+CONSTANTS = {c.name.decode(): int(c.value) for c in _table(lib.mhc_constants, _Constant)}
+globals().update(CONSTANTS)
+
+# The kernel families by id (ISA_NAMES[i] is the family of id i + 1).
+ISA_NAMES = tuple(name[4:].lower() for name, value in sorted(CONSTANTS.items(), key=lambda c: c[1])
+                  if name.startswith("ISA_") and value > 0)
+
+
+lib.mhc_struct_fields.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int64)]
+lib.mhc_struct_fields.restype = ctypes.POINTER(_Field)
+
+
+def _struct(c_name):
+    """The ctypes Structure of mhc.h's struct c_name, from the library's field list."""
+    count, size = ctypes.c_int32(), ctypes.c_int64()
+    rows = lib.mhc_struct_fields(c_name.encode(), ctypes.byref(count), ctypes.byref(size))
+    fields = [rows[i] for i in range(count.value)]
+    kinds = {CONSTANTS["FIELD_POINTER"]: ctypes.c_void_p, CONSTANTS["FIELD_INT32"]: ctypes.c_int32,
+             CONSTANTS["FIELD_UINT32"]: ctypes.c_uint32, CONSTANTS["FIELD_INT64"]: ctypes.c_int64,
+             CONSTANTS["FIELD_DOUBLE"]: ctypes.c_double}
+    layout = [(f.name.decode(), kinds[f.kind] * f.count if f.count > 1 else kinds[f.kind]) for f in fields]
+    struct = type(c_name, (ctypes.Structure,), {"_fields_": layout})
+    if ([getattr(struct, name).offset for name, _ in layout] != [f.offset for f in fields]
+            or ctypes.sizeof(struct) != size.value):
+        raise ImportError(f"mhc: {c_name} as ctypes lays it out differs from the library's")
+    return struct
+
+
+MhcTensor = _struct("mhc_tensor")    # a non-owning view: shape and strides in elements
+MhcOptions = _struct("mhc_options")  # start from lib.mhc_default_options() (it sets struct_size)
+
 _T = ctypes.POINTER(MhcTensor)
 _O = ctypes.POINTER(MhcOptions)
-
 lib.mhc_default_options.argtypes = []
 lib.mhc_default_options.restype = MhcOptions
 
-# x, phi, alpha, bias, gamma, h_in, h_post, h_res, inv_rms, h_mix, h_pre, options
-lib.mhc_pre_forward.argtypes = [_T] * 11 + [_O]
-lib.mhc_pre_forward.restype = ctypes.c_int
-
-# x, phi, alpha, grad_h_in, grad_h_post, grad_h_res, inv_rms, h_mix, h_pre, h_post,
-# gamma, grad_x_post, grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma, options
-lib.mhc_pre_backward.argtypes = [_T] * 17 + [_O]
-lib.mhc_pre_backward.restype = ctypes.c_int
-
-
-class _Missing:
-    """Stands in for a function the loaded library does not export (a libmhc.so built
-    before that operator existed): calling it is an ImportError naming it, while the
-    operators the library has keep working."""
-
-    def __init__(self, name):
-        self.name = name
-
-    def __call__(self, *args):
-        raise ImportError(f"mhc: the loaded native library has no {self.name} (it predates that "
-                          f"operator); {_BUILD_HINT}")
-
-
-def _bind(name, argtypes):
-    """lib.<name> with its prototype, or a _Missing stand-in."""
-    try:
-        fn = getattr(lib, name)
-    except AttributeError:
-        return _Missing(name)
-    fn.argtypes = argtypes
-    fn.restype = ctypes.c_int
-    return fn
-
-
-# The layer's other operators (SPEC §10-§12).
-# z, eps, num_iters, h_res, norm_out, sum_out, options
-sinkhorn_forward = _bind("mhc_sinkhorn_forward", [_T, ctypes.c_double, ctypes.c_int64, _T, _T, _T, _O])
-# grad_h_res, norm_out, sum_out, z, eps, num_iters, grad_z, options
-sinkhorn_backward = _bind("mhc_sinkhorn_backward",
-                          [_T, _T, _T, _T, ctypes.c_double, ctypes.c_int64, _T, _O])
-# x, h_res, h_out, h_post, out, options
-post_forward = _bind("mhc_post_forward", [_T] * 5 + [_O])
-# grad_out, x, h_res, h_out, h_post, grad_x, grad_h_res, grad_h_out, grad_h_post, options
-post_backward = _bind("mhc_post_backward", [_T] * 9 + [_O])
-# x, phi, alpha, bias, num_iters, h_in, h_post, h_res, inv_rms, h_mix, h_pre, norm_out,
-# sum_out, options
-pre_sinkhorn_forward = _bind("mhc_pre_sinkhorn_forward", [_T] * 4 + [ctypes.c_int64] + [_T] * 8 + [_O])
-# grad_h_in, grad_h_post, grad_h_res, x, phi, alpha, bias, h_pre, h_mix, inv_rms, sum_out,
-# norm_out, grad_x, grad_phi, grad_alpha, grad_bias, options
-pre_sinkhorn_backward = _bind("mhc_pre_sinkhorn_backward", [_T] * 16 + [_O])
+# Each operator's function, its prototype from its description: lib.mhc_<name>, also as
+# <name> here (pre_forward, sinkhorn_backward, ...). OPERATORS: name -> its description.
+_ARG_TYPES = {CONSTANTS["ARG_TENSOR_IN"]: _T, CONSTANTS["ARG_TENSOR_OUT"]: _T,
+              CONSTANTS["ARG_DOUBLE"]: ctypes.c_double, CONSTANTS["ARG_INT64"]: ctypes.c_int64}
+lib.mhc_operators.argtypes = [ctypes.POINTER(ctypes.c_int32)]
+OPERATORS = {}
+for _op in _table(lib.mhc_operators, _Operator):
+    _name = _op.name.decode()
+    _args = [_op.args[i] for i in range(_op.num_args)]
+    OPERATORS[_name] = {
+        "spec": _op.spec.decode(), "cann": _op.cann.decode(), "torch_npu": _op.torch_npu.decode(),
+        "args": [{"name": a.name.decode(), "kind": int(a.kind), "nullable": bool(a.nullable),
+                  "dtypes": a.dtypes.decode(), "shape": a.shape.decode()} for a in _args]}
+    _fn = getattr(lib, "mhc_" + _name)
+    _fn.argtypes = [_ARG_TYPES[a.kind] for a in _args] + [_O]
+    _fn.restype = ctypes.c_int
+    globals()[_name] = _fn
+del _op, _name, _args, _fn
 
 lib.mhc_last_error.argtypes = []
 lib.mhc_last_error.restype = ctypes.c_char_p
@@ -177,6 +140,8 @@ lib.mhc_set_isa.argtypes = [ctypes.c_char_p]
 lib.mhc_set_isa.restype = ctypes.c_int
 lib.mhc_isa_available.argtypes = [ctypes.c_char_p]
 lib.mhc_isa_available.restype = ctypes.c_int
+lib.mhc_available_isas.argtypes = []
+lib.mhc_available_isas.restype = ctypes.c_char_p
 lib.mhc_version.argtypes = []
 lib.mhc_version.restype = ctypes.c_char_p
 
@@ -189,6 +154,11 @@ def last_error():
 
 def isa():
     return lib.mhc_isa().decode()
+
+
+def available_isas():
+    """The kernel families this build and CPU run, best first."""
+    return lib.mhc_available_isas().decode().split(",")
 
 
 def version():

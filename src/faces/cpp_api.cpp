@@ -136,6 +136,7 @@ Status set_isa(const char* name) {
 }
 bool isa_available(Isa isa) { return ops::runs_here(isa); }
 const char* isa_name(Isa isa) { return ops::name_of(isa); }
+std::vector<Isa> available_isas() { return ops::available(); }
 bool isa_from_name(const char* name, Isa* isa) {
   return faces::guarded([&] { return ops::from_name(name, isa); }, [](bool, const char*) { return false; });
 }

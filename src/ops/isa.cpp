@@ -13,8 +13,7 @@ constexpr Isa kNamed[] = {Isa::amx,  Isa::avx512, Isa::avx2,     Isa::sve2,
 
 std::string available_list() {
   std::string out;
-  for (const kernels::Implementation& impl : kernels::implementations())
-    if (impl.available()) out += (out.empty() ? "" : ", ") + std::string(impl.name);
+  for (Isa isa : available()) out += (out.empty() ? "" : ", ") + std::string(name_of(isa));
   return out;
 }
 
@@ -53,10 +52,16 @@ std::atomic<Isa> set_default{Isa::automatic};  // set_isa(); automatic: MHC_ISA 
 
 }  // namespace
 
+std::vector<Isa> available() {
+  std::vector<Isa> out;
+  for (const kernels::Implementation& impl : kernels::implementations())
+    if (impl.available()) out.push_back(impl.isa);
+  return out;
+}
+
 bool from_name(const char* name, Isa* isa) {
   if (name == nullptr) return false;
   const std::string wanted(name);
-  if (wanted == "scalar") return *isa = Isa::portable, true;  // the portable family's older name
   for (Isa candidate : kNamed)
     if (wanted == name_of(candidate)) return *isa = candidate, true;
   return false;

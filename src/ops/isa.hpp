@@ -3,6 +3,8 @@
 // CPU runs). A family the build or CPU lacks is an error, never a fallback.
 #pragma once
 
+#include <vector>
+
 #include "kernels/registry.hpp"
 #include "mhc/mhc.hpp"
 
@@ -20,7 +22,9 @@ Status set_default_isa(const char* name);
 const char* default_isa_name();
 bool runs_here(Isa isa);
 const char* name_of(Isa isa);
-// The family `name` names (also portable's older name "scalar"); false for none.
+// The family `name` names; false for none.
 bool from_name(const char* name, Isa* isa);
+// The families this build and CPU run, best first (the registry's order).
+std::vector<Isa> available();
 
 }  // namespace mhc::ops

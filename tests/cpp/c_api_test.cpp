@@ -41,11 +41,35 @@ TEST(CApi, OptionsIsaPerCall) {
   }
 }
 
+TEST(CApi, AvailableIsasAreTheRunnableFamiliesBestFirst) {
+  const std::string listed = mhc_available_isas();
+  std::string expected;
+  for (mhc::Isa isa : mhc::available_isas()) {
+    EXPECT_TRUE(mhc::isa_available(isa)) << mhc::isa_name(isa);
+    expected += (expected.empty() ? "" : ",") + std::string(mhc::isa_name(isa));
+  }
+  EXPECT_EQ(listed, expected);
+  EXPECT_EQ(listed.substr(listed.size() - std::string(",portable,reference").size()), ",portable,reference");
+}
+
+// mhc_options grows by struct_size: a caller's shorter struct is read up to its size, a
+// struct without one is refused before anything runs.
+TEST(CApi, OptionsStructSizeIsChecked) {
+  EXPECT_EQ(mhc_default_options().struct_size, sizeof(mhc_options));
+  mhc_options zeroed{};
+  zeroed.isa = MHC_ISA_PORTABLE;
+  const mhc_tensor z{};
+  EXPECT_EQ(mhc_sinkhorn_forward(&z, 1e-6, 20, &z, nullptr, nullptr, &zeroed), MHC_ERR_INVALID);
+  EXPECT_NE(std::string(mhc_last_error()).find("options: struct_size 0"), std::string::npos) << mhc_last_error();
+  EXPECT_EQ(mhc_last_error_kind(), MHC_ERROR_VALUE);
+  // A required NULL is reported before the options are read.
+  EXPECT_EQ(mhc_sinkhorn_forward(nullptr, 1e-6, 20, &z, nullptr, nullptr, &zeroed), MHC_ERR_NULLPTR);
+}
+
 TEST(CApi, SetIsaAndIsaAvailable) {
   const std::string before = mhc_isa();
   EXPECT_EQ(mhc_isa_available("portable"), 1);
   EXPECT_EQ(mhc_isa_available("reference"), 1);
-  EXPECT_EQ(mhc_isa_available("scalar"), 1);  // portable's older name
   EXPECT_EQ(mhc_isa_available("nonsense"), 0);
   EXPECT_EQ(mhc_isa_available(nullptr), 0);
   EXPECT_EQ(mhc_set_isa("nonsense"), MHC_ERR_INVALID);

@@ -156,14 +156,17 @@ def header_enums(text):
 
 
 C_TYPES = {"void *": ctypes.c_void_p, "double": ctypes.c_double, "float": ctypes.c_float,
-           "int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64, "int": ctypes.c_int}
+           "int32_t": ctypes.c_int32, "uint32_t": ctypes.c_uint32, "int64_t": ctypes.c_int64, "int": ctypes.c_int,
+}
 
 
-def header_structs(text, defines):
-    """{struct name: [(field, ctypes type)]}."""
+def header_structs(text, defines, names=("mhc_tensor", "mhc_options")):
+    """{struct name: [(field, ctypes type)]} of the structs named."""
     structs = {}
     for m in re.finditer(r"typedef\s+struct\s+(\w+)\s*\{(.*?)\}\s*(\w+)\s*;", text, re.S):
         assert m[1] == m[3], m[0]
+        if m[1] not in names:
+            continue
         fields = []
         for decl in filter(None, (s.strip() for s in m[2].split(";"))):
             f = re.fullmatch(r"(\w+)\s*(\*?)\s*(\w+)\s*(?:\[\s*(\w+)\s*\])?", decl)
