@@ -57,7 +57,7 @@ typedef struct mhc_tensor {
 
 /* Kernel families. MHC_ISA_DEFAULT: the process default (mhc_set_isa, else MHC_ISA, else the best this CPU runs).
    Best first: on x86-64 AMX, AVX512, AVX2; on aarch64 SVE2, SVE, NEON; then PORTABLE, REFERENCE (the
-   Arm families came later, so their values follow). */
+   Arm families' values follow). */
 typedef enum mhc_isa_id {
   MHC_ISA_DEFAULT = 0, MHC_ISA_AMX = 1, MHC_ISA_AVX512 = 2, MHC_ISA_AVX2 = 3,
   MHC_ISA_PORTABLE = 4, MHC_ISA_REFERENCE = 5,

@@ -35,7 +35,7 @@ ERROR_VALUE = 5
 ERROR_RUNTIME = 6
 
 # mhc_isa_id: the kernel families (ISA_NAMES[i] is the family of id i + 1; the Arm
-# families came later, so their ids follow)
+# families' ids follow)
 ISA_DEFAULT = 0
 ISA_AMX = 1
 ISA_AVX512 = 2
