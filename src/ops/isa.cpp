@@ -56,7 +56,7 @@ std::atomic<Isa> set_default{Isa::automatic};  // set_isa(); automatic: MHC_ISA 
 bool from_name(const char* name, Isa* isa) {
   if (name == nullptr) return false;
   const std::string wanted(name);
-  if (wanted == "scalar") return *isa = Isa::portable, true;  // the portable family's older name
+  if (wanted == "scalar") return *isa = Isa::portable, true;  // "scalar" also names portable
   for (Isa candidate : kNamed)
     if (wanted == name_of(candidate)) return *isa = candidate, true;
   return false;

@@ -20,7 +20,7 @@ Status set_default_isa(const char* name);
 const char* default_isa_name();
 bool runs_here(Isa isa);
 const char* name_of(Isa isa);
-// The family `name` names (also portable's older name "scalar"); false for none.
+// The family `name` names ("scalar" also names portable); false for none.
 bool from_name(const char* name, Isa* isa);
 
 }  // namespace mhc::ops
