@@ -261,7 +261,7 @@ MHC_API Status set_isa(const char* name);  // by name; nullptr or "" as Isa::aut
 // Whether this build and CPU run the family (automatic: always).
 MHC_API bool isa_available(Isa isa);
 MHC_API const char* isa_name(Isa isa);  // "automatic" for Isa::automatic
-// The family a name names ("scalar" is portable's older name); false for none.
+// The family a name names; false for none.
 MHC_API bool isa_from_name(const char* name, Isa* isa);
 // The families this build and CPU run, best first (what the tests loop over).
 MHC_API std::vector<Isa> available_isas();

@@ -9,7 +9,7 @@
 namespace mhc::ops {
 
 // Without a stream: validation builds the expected shapes' labels on every call,
-// and a stream's locale set-up cost a decode step microseconds (mhc-bench, decode).
+// and a stream's locale set-up costs a decode step microseconds (mhc-bench decode).
 std::string dims_string(const int64_t* dims, int rank) {
   std::string s = "[";
   for (int i = 0; i < rank; ++i) {
@@ -145,7 +145,7 @@ Status check_no_self_overlap(const char* name, const TensorView& v) {
 }
 
 ByteSpan byte_span(const TensorView& v) {
-  for (int i = 0; i < v.rank; ++i)  // first: an empty view's strides were never checked
+  for (int i = 0; i < v.rank; ++i)  // first: an empty view's strides are never checked
     if (v.shape[i] == 0) return {};
   int64_t last = 0;
   for (int i = 0; i < v.rank; ++i)

@@ -27,8 +27,8 @@ std::chrono::microseconds spin_budget() {
 
 // How long a poller keeps its core before it yields it: often enough that on an
 // oversubscribed machine the threads with work left get the core, rarely enough that a
-// hand-off seldom waits on a yield, a system call of about 1.2 us on a paravirtualized
-// guest (yielding every 64 polls instead: mhc-bench decode T=1 D=4096 15.8 -> 12.8 us).
+// hand-off seldom waits on a yield, a system call that is slow on paravirtualized
+// guests (mhc-bench decode, T=1 D=4096).
 constexpr std::chrono::microseconds kYieldInterval(50);
 
 // Polls done() for up to the spin budget; returns done(). Every 64 polls it looks
@@ -60,9 +60,9 @@ bool spin_until(Done done) {
 // condition variable, and the caller polls the count of finished shares before it
 // waits for its helpers, as XNNPACK's pthreadpool and libgomp spin before they
 // block. A polling hand-off touches two cache lines, each moving between cores
-// once (a transfer is about 0.25 us on a KVM guest): the job's, which a polling
-// helper reads as a sequence lock, and the finished count; the mutex orders only
-// what sleepers read.
+// once (a one-token call pays both: mhc-bench decode, T=1): the job's, which a
+// polling helper reads as a sequence lock, and the finished count; the mutex
+// orders only what sleepers read.
 class Pool {
  public:
   ~Pool() {
@@ -127,9 +127,9 @@ class Pool {
     if (!spin_until(helpers_done)) {
       std::unique_lock<std::mutex> lock(mutex_);
       // Then helpers_done, under the lock. An exchange, not a store: qemu-user on x86 lets an
-      // aarch64 store-release pass the load-acquire after it, and a helper that finished
-      // in between was never seen nor woke the caller (ThreadPool.EveryJobEndsWithNobodyPolling
-      // under qemu: asleep for good after 0.23-1.39 M jobs).
+      // aarch64 store-release pass the load-acquire after it, and a helper finishing in
+      // between would be neither seen nor wake the caller (the test
+      // ThreadPool.EveryJobEndsWithNobodyPolling under qemu).
       done_.caller_waits.exchange(true, std::memory_order_seq_cst);
       finished_cv_.wait(lock, helpers_done);
       done_.caller_waits.store(false, std::memory_order_relaxed);

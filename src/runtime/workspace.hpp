@@ -1,6 +1,6 @@
 // Workspace memory for the C++ and C faces: one grow-only buffer per calling
 // thread, reused across calls. Fresh memory is expensive on the VMs this runs
-// on (a first touch costs ~14 us per 4 KiB page), so a training loop should not
+// on (a page fault per 4 KiB page: mhc-bench's first-touch probe), so a training loop should not
 // pay it on every step; large buffers are also advised to use transparent huge
 // pages. The buffer lives until the thread exits or release_thread_workspace().
 #pragma once

@@ -110,8 +110,8 @@ aclnnStatus check_forward(const Checks& c, const ForwardArgs& a, bool* with_resi
 // after creation and handle ids are never reused, so the same live tensors with
 // the same scalars, kernel family and thread count give the same problem: an
 // inference loop that asks again each step skips the checks, the conversion and
-// the plan, and its executor shares the memo's primitive (mhc-bench decode, aclnn
-// T=1 D=4096: the first phase 3.7 -> 0.3 us).
+// the plan, and its executor shares the memo's primitive (mhc-bench decode, the
+// aclnn column at T=1).
 struct ForwardMemo {
   bool valid = false;
   const char* op = nullptr;

@@ -31,8 +31,8 @@ void load_phi_gamma(const ForwardOperands& o, int64_t f, int64_t k0, float* out)
 // truncation to 8 significant bits of what the previous ones left. Returns the
 // lanes that are not finite: Inf stays whole in hi, a NaN keeps its top bits
 // there; the caller redoes such sums one product at a time, so their other parts
-// are never used. (Masking them out and quieting NaNs cost a quarter of a decode
-// step's split: mhc-bench, decode.)
+// are never used. (Masking them out and quieting NaNs would slow every split:
+// mhc-kernel-bench AmxSplitStep.)
 __attribute__((target("avx512f,avx512bw,avx512dq"))) inline __mmask16 split3(__m512 v, __m512 parts[kParts]) {
   const __m512i top = _mm512_set1_epi32(int(0xffff0000u));
   const __mmask16 nonfinite = _mm512_fpclass_ps_mask(v, 0x99);  // QNaN, +Inf, -Inf, SNaN

@@ -94,12 +94,11 @@ struct Group {
     };
     // fp16: the parts of x are staged a step ahead (two buffers), so the tile
     // loads do not wait for the staging stores to reach L1. Rows that lie at a
-    // uniform stride in x are staged a few after each of the step's B tiles: a
-    // step's 16 rows staged at once filled the core's reorder buffer, and a row
-    // that missed the caches held up the products (mhc-bench, c forward 16.3-19.2
-    // -> 12.0-12.8 ms). (bf16 rows copied the same way, instead of tileloadd from x,
-    // gained nothing: a 15.4-16.8 against 15.3-16.7 ms, T = 512 at D = 7168 3-5 %
-    // slower.)
+    // uniform stride in x are staged a few after each of the step's B tiles, so that
+    // a step's 16 rows do not fill the core's reorder buffer at once and a row that
+    // misses the caches does not hold up the products (mhc-bench c forward). bf16
+    // rows are read by tileloadd from x as they lie: copying them gains nothing
+    // (mhc-bench a forward).
     const int64_t rows = std::min<int64_t>(count, 16);
     auto staging_of = [&](int64_t step) { return x.staging + (step & 1) * 2 * 16 * kStep; };
     auto stage = [&](int64_t step) {

@@ -71,7 +71,7 @@ HWY_INLINE void Tile(const float* u, const float* phi, int64_t w_stride, int64_t
 // HF32-rounded with hf32) stored for the slice's other tiles and used here, and
 // with sq the squares v * v, one fused multiply-add per vector onto zero. The
 // bits are those of ScaleRow over the same vectors, then Tile<1, TR>; the cast's
-// loads and multiplies hide behind the stream of phi (decode T=1, performance.md).
+// loads and multiplies hide behind the stream of phi (mhc-bench decode, T=1).
 template <DType T, int TR>
 HWY_INLINE void CastTileOf(const void* x, const float* gamma, bool hf32, float* u, const float* phi,
                            int64_t w_stride, int64_t vectors, float* acc_rows, bool from_zero, VF* sq) {

@@ -32,9 +32,10 @@ namespace mhc::kernels::simd::HWY_NAMESPACE {
 // [stream n][item of n][token][strip of the item][lane]. The column phase walks a
 // strip's tokens at a fixed stride (a token's row of the block, 0.5-1 KiB), and
 // the row phases walk a token's strips through contiguous runs: both patterns the
-// hardware prefetchers follow. (With [strip][token][lane], the row phases stepped
-// 4 KiB per vector and every load missed.) A token's row in a block is padded by
-// a cache line, so that the rows of tokens a few apart do not alias in L1.
+// hardware prefetchers follow ([strip][token][lane] would make the row phases step
+// 4 KiB per vector, every load a miss: mhc-bench a backward). A token's row in a
+// block is padded by a cache line, so that the rows of tokens a few apart do not
+// alias in L1.
 constexpr int64_t kBlockFloats = kTokensPerChunk * kTokenFloats;
 
 struct Tiles {

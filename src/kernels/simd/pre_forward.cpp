@@ -35,13 +35,12 @@ namespace mhc::kernels::simd::HWY_NAMESPACE {
 // K floats apart, a multiple of 4 KiB for the usual K: read in place, every row's
 // line sits in one L1 set and each tile fetches them from L2 again. A panel of one
 // tile's rows (not a block of all rows) lets each tile run twice as many column
-// vectors per load and store of its accumulators (2-thread avx512 MhcPre medians
-// of 4 interleaved rounds: T=64 D=7168 833-869 -> 778-850 us, T=16 D=4096 136-144
-// -> 128-140 us).
+// vectors per load and store of its accumulators (mhc-bench decode on avx512, T=16
+// and T=64).
 constexpr int64_t kPanelColumns = 512, kPanelStride = kPanelColumns + 16;
 
-// CastChunk prefetches the row of the token this many ahead (4 against 2, mhc-bench,
-// interleaved: avx512 a 27.6-30.1 -> 25.5-27.4 ms, d 0.87-0.90 -> 0.80-0.88; avx2 within noise).
+// CastChunk prefetches the row of the token this many ahead, so that the row has
+// arrived when the cast reaches it (mhc-bench a and d forward, MHC_ISA=avx512).
 constexpr int64_t kCastAhead = 4;
 
 struct ForwardScratch {
@@ -58,8 +57,8 @@ struct ForwardScratch {
 
 // Decode's cast stores u while its tile loads phi: u is placed kUFromPhi bytes
 // past phi's rows modulo a page, not on their low address bits, where each store
-// holds up the loads that seem to follow it (4K aliasing; mhc-bench decode T=1
-// D=4096: 1.41 times the floor with u on phi's bits, 1.32 half a page apart).
+// holds up the loads that seem to follow it (4K aliasing: mhc-bench decode, T=1
+// D=4096, against its floor).
 constexpr uintptr_t kPage = 4096, kUFromPhi = kPage / 2;
 constexpr int64_t kUSlackFloats = int64_t(kPage / sizeof(float));
 
@@ -161,7 +160,7 @@ static void HInRow(const ForwardOperands& o, int64_t t, const float* h_pre) {
   const int64_t L = hn::Lanes(df), full = d.D / L * L;
   const int64_t x_row = o.x.at(t, 0), h_row = o.h_in.at(t, 0), xn = o.x.stream_stride;
   // h_in larger than the caches: streaming stores skip reading its lines first
-  // (a: 32 MiB; measured a 14.6 -> 13.7-14.3 ms).
+  // (mhc-bench a forward: 32 MiB of h_in).
   const bool stream = d.T * d.D * core::element_size(d.x_dtype) > kStreamHInBytes;
   WithDType(d.x_dtype, [&]<DType T>() {  // h_in has x's dtype
     const int64_t esize = core::element_size(T);
@@ -246,17 +245,19 @@ static void SliceSums(const ForwardOperands& o, const ForwardScratch& s, int64_t
     CastChunk(o, t0 + t, t + kCastAhead < tokens ? t0 + t + kCastAhead : -1, k0, k1, k_end, s.u + t * kURowFloats,
               s.sq_slice + t * L, s.sq_slice + tokens * L + t, with_sq);
   // The next slice's x is left to the hardware prefetchers and the cast's own
-  // prefetch (asking for it from the tiles' inner loop costs more: performance.md).
+  // prefetch (asking for it from the tiles' inner loop costs more than it saves:
+  // mhc-bench decode, T=16 and T=64).
   // Blocks of columns, each with panels of phi; each accumulator still takes its
   // column vectors in ascending order, so the bits are those of one pass over
   // the slice. An item of one tile's tokens reads phi once, in place, a tile's
   // rows over the whole slice at a time (not a block at a time: a quarter of the
   // tile calls and of the accumulators' loads and stores, and each row's stream
-  // four times as long: decode T=1 D=4096 13.3 -> 11.5 us, performance.md).
+  // four times as long: mhc-bench decode, T=1).
   const bool copy_phi = tokens > kTileTokens;
   const int64_t full_end = std::min(k_end, K_full);  // columns read from phi (or its copy)
   // The sums' first run (the slice's, the first block's, else the tail's) starts
-  // them from zero: no fill (decode 2-4 % faster, performance.md's decode section).
+  // them from zero: no fill pass, which a one-token slice would pay in full
+  // (mhc-bench decode, T=1).
   if (!copy_phi && full_end > k0)
     RunTiles(s, tokens, rows, 0, phi + f0 * phi_rs + k0, phi_rs, (full_end - k0) / L, true);
   for (int64_t c0 = k0; copy_phi && c0 < full_end; c0 += kPanelColumns) {
@@ -335,7 +336,7 @@ static void AddRunning(float* total, const float* previous, int64_t count) {
 // so reads them from its own cache); the share with the first slices leaves
 // running sums (each slice's entry the sum of the slices up to it, added as the
 // finish adds them), so the finish reads one entry of that share instead of each
-// (performance.md, decode).
+// (mhc-bench decode).
 bool ForwardPrepare(const ForwardOperands& o, void* prepared, int64_t part, int64_t parts, float* scratch) {
   const PreShape& d = o.shape;
   const int64_t L = hn::Lanes(DF()), slices = slice_count(d.K);
@@ -487,8 +488,9 @@ bool runs(Isa isa) {
     case Isa::neon: target = HWY_NEON; break;
     default: return false;
   }
-  // Highway runs CPUID again on every call: under KVM each is a VM exit, about 70 us
-  // in all on some hosts, so the answer is kept (the CPU does not change under a process).
+  // Highway runs CPUID again on every call: under KVM each is a VM exit, a large part
+  // of a one-token call (mhc-bench decode, T=1), so the answer is kept (the CPU does not
+  // change under a process).
   static const int64_t supported = hwy::SupportedTargets();
   if ((supported & HWY_TARGETS & target) == 0) return false;
   // SVE's vectors are 128 to 2048 bits; the kernels are tested (and their folds and
