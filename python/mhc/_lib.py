@@ -7,16 +7,16 @@ library itself (mhc_constants, mhc_struct_fields, mhc_operators), which makes th
 from the same description as its functions. The library is looked up in this order:
   1. the path in the environment variable MHC_LIBRARY (an error if it fails),
   2. libmhc.so next to this file (an installed wheel, or a build with MHC_PYTHON_COPY=ON),
-  3. ctypes.util.find_library("mhc") (an installed library).
+  3. build/src/libmhc.so of the repository this file is in (scripts/build.sh's build),
+  4. ctypes.util.find_library("mhc") (an installed library).
 """
 import ctypes
 import ctypes.util
 import os
 
 _BUILD_HINT = (
-    "build it from the repository root with "
-    "`cmake -S . -B build -G Ninja && ninja -C build` (this copies libmhc.so into "
-    "python/mhc/), or point the environment variable MHC_LIBRARY at libmhc.so"
+    "build it from the repository root with `bash scripts/build.sh` (into build/src/), "
+    "or point the environment variable MHC_LIBRARY at libmhc.so"
 )
 
 
@@ -34,6 +34,12 @@ def _load():
             return ctypes.CDLL(beside)
         except OSError as exc:
             raise ImportError(f"mhc: cannot load {beside}: {exc}; {_BUILD_HINT}") from exc
+    in_repository = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "src", "libmhc.so")
+    if os.path.exists(in_repository):
+        try:
+            return ctypes.CDLL(os.path.normpath(in_repository))
+        except OSError as exc:
+            raise ImportError(f"mhc: cannot load {in_repository}: {exc}; {_BUILD_HINT}") from exc
     found = ctypes.util.find_library("mhc")
     if found:
         try:
