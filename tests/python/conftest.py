@@ -376,7 +376,12 @@ def weighted_loss(h_in, h_post, h_res, inp):
 
 # The layer's other operators (SPEC §10-§12): kernel families, token-scaled bounds.
 
-FAMILIES = ("amx", "avx512", "avx2", "portable", "reference")  # best first
+def _families():
+    import mhc  # after sys.path is set above
+    return tuple(mhc.available_isas())
+
+
+FAMILIES = _families()  # the families this build and CPU run, best first, as the library lists them
 
 # MhcSinkhorn's stated bounds, elementwise, as fractions of the largest |truth| of the
 # element's token (its matrix, or its divisor vector), for logits of order one:

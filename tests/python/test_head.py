@@ -15,7 +15,7 @@ from conftest import (BWD_NAMES, FWD_NAMES, LEAVES, assert_same_bits, assert_zer
                       compare_with_oracle, expanded, leaves_of, make_inputs, run_ours,
                       run_ours_strided, weighted_loss)
 
-FAMILIES = ("amx", "avx512", "avx2", "portable", "reference")
+FAMILIES = tuple(mhc.available_isas())
 KEYS = ("N", "D", "T", "layout", "dtype", "gamma", "grad_x_post", "noncontig")
 HEAD_CASES = [dict(zip(KEYS, values), form="head") for values in [
     (1, 1, 1, "TND", "bf16", True, False, "none"),

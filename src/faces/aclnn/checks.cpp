@@ -331,28 +331,4 @@ TensorView without_last_dim(const TensorView& view) {
   return v;
 }
 
-aclnnStatus from_status(const char* op, const Status& status, NameMap names) {
-  if (status.ok()) return ACLNN_SUCCESS;
-  auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-  const std::string& message = status.message();
-  std::string out;
-  for (size_t i = 0; i < message.size();) {
-    if (!is_word(message[i])) {
-      out += message[i++];
-      continue;
-    }
-    size_t end = i;
-    while (end < message.size() && is_word(message[end])) ++end;
-    std::string word = message.substr(i, end - i);
-    for (const auto& [core_name, cann_name] : names)
-      if (word == core_name) {
-        word = cann_name;
-        break;
-      }
-    out += word;
-    i = end;
-  }
-  return from_status(op, Status(status.code(), status.kind(), out));
-}
-
 }  // namespace mhc::faces::aclnn

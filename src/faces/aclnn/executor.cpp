@@ -42,8 +42,9 @@ std::string not_live_message(const char* op) {
 }
 
 // The operator layer names tensors and scalars as the C++ API does (h_in);
-// a CANN program knows them by CANN's parameter names (hIn).
-std::string with_cann_names(const std::string& message) {
+// a CANN program knows them by CANN's parameter names: the operator's own
+// (MhcSinkhorn's z is x), else the common ones (h_in is hIn).
+std::string with_cann_names(const std::string& message, NameMap own) {
   static const std::pair<const char*, const char*> kNames[] = {
       {"h_in", "hIn"}, {"h_post", "hPost"}, {"h_res", "hRes"}, {"inv_rms", "invRms"}, {"h_mix", "hMix"},
       {"h_pre", "hPre"}, {"grad_h_in", "gradHIn"}, {"grad_h_post", "gradHPost"}, {"grad_h_res", "gradHRes"},
@@ -59,9 +60,12 @@ std::string with_cann_names(const std::string& message) {
     size_t end = i;
     while (end < message.size() && is_word(message[end])) ++end;
     std::string word = message.substr(i, end - i);
-    for (const auto& [snake, camel] : kNames)
-      if (word == snake) word = camel;
-    out += word;
+    const char* renamed = nullptr;
+    for (const auto& [core_name, cann_name] : own)
+      if (word == core_name) renamed = renamed != nullptr ? renamed : cann_name;
+    for (const auto& [core_name, cann_name] : kNames)
+      if (renamed == nullptr && word == core_name) renamed = cann_name;
+    out += renamed != nullptr ? std::string(renamed) : word;
     i = end;
   }
   return out;
@@ -98,9 +102,10 @@ struct RunProblem {
 
 }  // namespace
 
-aclnnStatus from_status(const char* op, const Status& status) {
+aclnnStatus from_status(const char* op, const Status& status, NameMap names) {
   if (status.ok()) return ACLNN_SUCCESS;
-  return fail(static_cast<aclnnStatus>(status.code()), std::string(op) + ": " + with_cann_names(status.message()));
+  return fail(static_cast<aclnnStatus>(status.code()),
+              std::string(op) + ": " + with_cann_names(status.message(), names));
 }
 
 aclnnStatus create_executor(const char* run_op, std::shared_ptr<const Problem> problem, size_t core_workspace_bytes,
