@@ -47,13 +47,12 @@ run_part() {  # run_part NAME COMMAND...: runs it with its output shown and kept
 
 native() {
   [ -f build/CTestTestfile.cmake ] || { bash scripts/setup.sh && bash scripts/build.sh; } || return 1
-  (cd build && ctest --output-on-failure --timeout 3000 -j2 -L full)
+  ctest --preset full  # CMakePresets.json: build/, the label `full`
 }
 clang_suite() {
-  CC=clang CXX=clang++ cmake -S . -B build-clang -G Ninja -DCMAKE_BUILD_TYPE=Release -DMHC_BUILD_BENCH=OFF \
-    -DMHC_PYTHON_COPY=OFF > /dev/null || return 1
+  cmake --preset clang > /dev/null || return 1  # CMakePresets.json: build-clang/
   ninja -C build-clang > build-clang.log 2>&1 || { tail -40 build-clang.log; return 1; }
-  (cd build-clang && ctest --output-on-failure --timeout 3000 -j2 -LE full -E "^python_")
+  ctest --preset clang  # the quick set without Python
 }
 
 run_part native native

@@ -87,29 +87,21 @@ void RoundHf32Kernel(float* values, int64_t count) { RoundHf32Row(DF(), values, 
     .strip_block = StripBlockKernel
   };
 }
+[[maybe_unused]] const Microkernels* Table() {
+  static const Microkernels table = MakeMicrokernels();
+  return &table;
+}
 
 }  // namespace mhc::kernels::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include "kernels/simd/per_target.hpp"
+
 namespace mhc::kernels::simd {
 const Microkernels* microkernels(Isa isa) {
-#if HWY_TARGETS & HWY_AVX3
-  if (isa == Isa::avx512) { static const Microkernels table = N_AVX3::MakeMicrokernels(); return &table; }
-#endif
-#if HWY_TARGETS & HWY_AVX2
-  if (isa == Isa::avx2) { static const Microkernels table = N_AVX2::MakeMicrokernels(); return &table; }
-#endif
-#if HWY_TARGETS & HWY_SVE2
-  if (isa == Isa::sve2) { static const Microkernels table = N_SVE2::MakeMicrokernels(); return &table; }
-#endif
-#if HWY_TARGETS & HWY_SVE
-  if (isa == Isa::sve) { static const Microkernels table = N_SVE::MakeMicrokernels(); return &table; }
-#endif
-#if HWY_TARGETS & HWY_NEON
-  if (isa == Isa::neon) { static const Microkernels table = N_NEON::MakeMicrokernels(); return &table; }
-#endif
-  return nullptr;
+  const auto table = MHC_SIMD_PER_TARGET(const Microkernels* (*)(), isa, Table);
+  return table != nullptr ? table() : nullptr;
 }
 std::vector<const Microkernels*> runnable_microkernels() {
   std::vector<const Microkernels*> out;

@@ -368,24 +368,9 @@ void Backward(const PostBackwardOperands& o, float* scratch, int64_t t0, int64_t
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include "kernels/simd/per_target.hpp"
+
 namespace mhc::kernels::simd {
-const PostKernels* post(Isa isa) {
-#if HWY_TARGETS & HWY_AVX3
-  if (isa == Isa::avx512) return &N_AVX3::kPost;
-#endif
-#if HWY_TARGETS & HWY_AVX2
-  if (isa == Isa::avx2) return &N_AVX2::kPost;
-#endif
-#if HWY_TARGETS & HWY_SVE2
-  if (isa == Isa::sve2) return &N_SVE2::kPost;
-#endif
-#if HWY_TARGETS & HWY_SVE
-  if (isa == Isa::sve) return &N_SVE::kPost;
-#endif
-#if HWY_TARGETS & HWY_NEON
-  if (isa == Isa::neon) return &N_NEON::kPost;
-#endif
-  return nullptr;
-}
+const PostKernels* post(Isa isa) { return MHC_SIMD_PER_TARGET(const PostKernels*, isa, kPost); }
 }  // namespace mhc::kernels::simd
 #endif

@@ -261,24 +261,9 @@ void BackwardFinishColumns(const BackwardStep& step, const ColumnItem& item) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include "kernels/simd/per_target.hpp"
+
 namespace mhc::kernels::simd {
-const PreBackwardKernels* pre_backward(Isa isa) {
-#if HWY_TARGETS & HWY_AVX3
-  if (isa == Isa::avx512) return &N_AVX3::kPreBackward;
-#endif
-#if HWY_TARGETS & HWY_AVX2
-  if (isa == Isa::avx2) return &N_AVX2::kPreBackward;
-#endif
-#if HWY_TARGETS & HWY_SVE2
-  if (isa == Isa::sve2) return &N_SVE2::kPreBackward;
-#endif
-#if HWY_TARGETS & HWY_SVE
-  if (isa == Isa::sve) return &N_SVE::kPreBackward;
-#endif
-#if HWY_TARGETS & HWY_NEON
-  if (isa == Isa::neon) return &N_NEON::kPreBackward;
-#endif
-  return nullptr;
-}
+const PreBackwardKernels* pre_backward(Isa isa) { return MHC_SIMD_PER_TARGET(const PreBackwardKernels*, isa, kPreBackward); }
 }  // namespace mhc::kernels::simd
 #endif

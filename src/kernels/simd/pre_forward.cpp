@@ -459,25 +459,10 @@ int64_t FloatLanes() { return int64_t(hn::Lanes(DF())); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include "kernels/simd/per_target.hpp"
+
 namespace mhc::kernels::simd {
-const PreForwardKernels* pre_forward(Isa isa) {
-#if HWY_TARGETS & HWY_AVX3
-  if (isa == Isa::avx512) return &N_AVX3::kPreForward;
-#endif
-#if HWY_TARGETS & HWY_AVX2
-  if (isa == Isa::avx2) return &N_AVX2::kPreForward;
-#endif
-#if HWY_TARGETS & HWY_SVE2
-  if (isa == Isa::sve2) return &N_SVE2::kPreForward;
-#endif
-#if HWY_TARGETS & HWY_SVE
-  if (isa == Isa::sve) return &N_SVE::kPreForward;
-#endif
-#if HWY_TARGETS & HWY_NEON
-  if (isa == Isa::neon) return &N_NEON::kPreForward;
-#endif
-  return nullptr;
-}
+const PreForwardKernels* pre_forward(Isa isa) { return MHC_SIMD_PER_TARGET(const PreForwardKernels*, isa, kPreForward); }
 bool runs(Isa isa) {
   int64_t target = 0;
   switch (isa) {

@@ -393,24 +393,9 @@ void BackwardTokens(const SinkhornBackwardOperands& o, float* scratch, int64_t t
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include "kernels/simd/per_target.hpp"
+
 namespace mhc::kernels::simd {
-const SinkhornKernels* sinkhorn(Isa isa) {
-#if HWY_TARGETS & HWY_AVX3
-  if (isa == Isa::avx512) return &N_AVX3::kSinkhorn;
-#endif
-#if HWY_TARGETS & HWY_AVX2
-  if (isa == Isa::avx2) return &N_AVX2::kSinkhorn;
-#endif
-#if HWY_TARGETS & HWY_SVE2
-  if (isa == Isa::sve2) return &N_SVE2::kSinkhorn;
-#endif
-#if HWY_TARGETS & HWY_SVE
-  if (isa == Isa::sve) return &N_SVE::kSinkhorn;
-#endif
-#if HWY_TARGETS & HWY_NEON
-  if (isa == Isa::neon) return &N_NEON::kSinkhorn;
-#endif
-  return nullptr;
-}
+const SinkhornKernels* sinkhorn(Isa isa) { return MHC_SIMD_PER_TARGET(const SinkhornKernels*, isa, kSinkhorn); }
 }  // namespace mhc::kernels::simd
 #endif
