@@ -84,8 +84,8 @@ std::span<const Implementation> build() {
      .available = always,
      .pre_forward = &portable::kPreForward,
      .pre_backward = &portable::kPreBackward,
-     .sinkhorn = &reference::kSinkhorn,  // SPEC fixes their fp32 steps: the reference's loops are plain C++
-     .post = &reference::kPost},
+     .sinkhorn = &fp32_steps::kSinkhorn,  // SPEC fixes their fp32 steps: plain C++ loops (fp32_steps)
+     .post = &fp32_steps::kPost},
     {.isa = Isa::reference,
      .name = "reference",
      .applies_to = "any CPU: MhcPre in float64, one thread for its backward (the oracle, not for speed); MhcSinkhorn and "
@@ -93,8 +93,8 @@ std::span<const Implementation> build() {
      .available = always,
      .pre_forward = &reference::kPreForward,
      .pre_backward = &reference::kPreBackward,
-     .sinkhorn = &reference::kSinkhorn,
-     .post = &reference::kPost},
+     .sinkhorn = &fp32_steps::kSinkhorn,
+     .post = &fp32_steps::kPost},
   };
   return kImplementations;
 }

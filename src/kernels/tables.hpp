@@ -14,12 +14,14 @@ namespace portable {
 extern const PreForwardKernels kPreForward;
 extern const PreBackwardKernels kPreBackward;
 }  // namespace portable
-namespace reference {
+namespace reference {  // the float64 oracle of the pre block
 extern const PreForwardKernels kPreForward;
 extern const PreBackwardKernels kPreBackward;
-extern const SinkhornKernels kSinkhorn;  // SPEC's fp32 steps, one token at a time
-extern const PostKernels kPost;
 }  // namespace reference
+namespace fp32_steps {  // SPEC's fp32 steps as plain loops, one token at a time (the reference and portable families')
+extern const SinkhornKernels kSinkhorn;
+extern const PostKernels kPost;
+}  // namespace fp32_steps
 namespace simd {
 const PreForwardKernels* pre_forward(Isa isa);    // avx512, avx2, sve2, sve or neon
 const PreBackwardKernels* pre_backward(Isa isa);

@@ -1,6 +1,6 @@
 // The MhcPost tables (kernels/post.hpp, SPEC §11) of every registry entry this
 // build has and this CPU runs, and of every SIMD target directly, against the
-// reference table (kernels/reference/post.cpp), bitwise: out, grad_x (x's dtype
+// fp32 steps' table (kernels/fp32_steps/post.cpp), bitwise: out, grad_x (x's dtype
 // and fp32), grad_h_res (given or not), grad_h_out, grad_h_post. N 1..8 and 13, D
 // with vector tails (1, 15, 17, 64, 300), bf16/fp16/fp32, h_res present and absent,
 // streams and tokens farther apart than D and N*D, the forward's columns split at
@@ -38,7 +38,7 @@ std::vector<Table> tables() {
   return out;
 }
 
-const PostKernels& reference_table() { return mhc::kernels::reference::kPost; }
+const PostKernels& reference_table() { return mhc::kernels::fp32_steps::kPost; }
 
 // A buffer of elements of one dtype, raw bytes (16-bit or 32-bit units).
 struct Raw {

@@ -1,6 +1,6 @@
 // The MhcSinkhorn tables (kernels/sinkhorn.hpp, SPEC §10) of every registry entry
 // this build has and this CPU runs, and of every SIMD target directly, against the
-// reference table (kernels/reference/sinkhorn.cpp), bitwise: h_res, both caches
+// fp32 steps' table (kernels/fp32_steps/sinkhorn.cpp), bitwise: h_res, both caches
 // (the pitch padding written as 0), grad_z from the caches and from z. N 1..8 and
 // 13, I 1, 2 and 20, token counts that are not multiples of the lanes, ranges
 // split where the driver never splits them, rows farther apart than N*N, and
@@ -41,7 +41,7 @@ std::vector<Table> tables() {
   return out;
 }
 
-const SinkhornKernels& reference_table() { return mhc::kernels::reference::kSinkhorn; }
+const SinkhornKernels& reference_table() { return mhc::kernels::fp32_steps::kSinkhorn; }
 
 constexpr float kSentinel = -777.0f;  // cache and output floats before a call
 

@@ -1,7 +1,7 @@
 // SIMD MhcSinkhorn (SPEC §10) for one Highway target: a vector lane per token. A
 // block of Lanes tokens is transposed into [entry][lane] scratch, runs SPEC's
-// steps in registers with the reference's operations in the reference's order
-// (kernels/reference/sinkhorn.cpp), so each lane gives the reference's bits, and
+// steps in registers with the fp32 steps' operations in their order
+// (kernels/fp32_steps/sinkhorn.cpp), so each lane gives their bits, and
 // is transposed back. A short last block pads its lanes with zeros it never stores.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/sinkhorn.cpp"
@@ -31,7 +31,7 @@ struct BlockScratch {
 int64_t ScratchFloats(const SinkhornShape& s) {
   const int64_t L = hn::Lanes(DF());
   const int64_t simd = (s.N * s.N + s.N) * L * (1 + s.steps()) + 4 * L;
-  return std::max(simd, reference::kSinkhorn.scratch_floats(s));  // N > 8: the reference's loops
+  return std::max(simd, fp32_steps::kSinkhorn.scratch_floats(s));  // N > 8: the fp32 steps' loops
 }
 
 BlockScratch LayOut(float* base, const SinkhornShape& s) {
@@ -357,7 +357,7 @@ void BackwardTokensN(const SinkhornBackwardOperands& o, float* scratch, int64_t 
 }
 
 // N up to 8 in registers (and the stack): body.template operator()<N>(); false
-// for larger N, which run one token at a time in the reference's loops, whose
+// for larger N, which run one token at a time in the fp32 steps' loops, whose
 // bits these are.
 template <class Body>
 bool WithFixedN(int64_t N, Body&& body) {
@@ -376,12 +376,12 @@ bool WithFixedN(int64_t N, Body&& body) {
 
 void ForwardTokens(const SinkhornForwardOperands& o, float* scratch, int64_t t0, int64_t t1) {
   if (!WithFixedN(o.shape.N, [&]<int kN>() { ForwardTokensN<kN>(o, scratch, t0, t1); }))
-    reference::kSinkhorn.forward(o, scratch, t0, t1);
+    fp32_steps::kSinkhorn.forward(o, scratch, t0, t1);
 }
 
 void BackwardTokens(const SinkhornBackwardOperands& o, float* scratch, int64_t t0, int64_t t1) {
   if (!WithFixedN(o.shape.N, [&]<int kN>() { BackwardTokensN<kN>(o, scratch, t0, t1); }))
-    reference::kSinkhorn.backward(o, scratch, t0, t1);
+    fp32_steps::kSinkhorn.backward(o, scratch, t0, t1);
 }
 
 }  // namespace

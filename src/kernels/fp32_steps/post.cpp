@@ -1,4 +1,4 @@
-// Reference MhcPost and MhcPostBackward (SPEC §11): one token at a time, one
+// MhcPost and MhcPostBackward in SPEC's fp32 steps (§11): one token at a time, one
 // element at a time, SPEC's fp32 operations in SPEC's order. The portable family
 // uses these loops too; the SIMD family gives the same bits. Each sum starts
 // from its first term and adds the others in index order.
@@ -6,7 +6,7 @@
 #include "kernels/common/post_sums.hpp"
 #include "kernels/tables.hpp"
 
-namespace mhc::kernels::reference {
+namespace mhc::kernels::fp32_steps {
 namespace {
 
 int64_t no_floats(const PostShape&) { return 0; }
@@ -68,4 +68,4 @@ const PostKernels kPost = {.forward_scratch_floats = no_floats,
                            .forward = forward,
                            .backward = backward};
 
-}  // namespace mhc::kernels::reference
+}  // namespace mhc::kernels::fp32_steps

@@ -1,4 +1,4 @@
-// Reference MhcSinkhorn (SPEC §10): one token at a time, SPEC's fp32 steps as
+// MhcSinkhorn in SPEC's fp32 steps (§10), one token at a time, as
 // written. The portable family uses these loops too; the SIMD family does the
 // same operations across tokens and gives the same bits.
 #include <vector>
@@ -6,7 +6,7 @@
 #include "kernels/common/exp_f32.hpp"
 #include "kernels/tables.hpp"
 
-namespace mhc::kernels::reference {
+namespace mhc::kernels::fp32_steps {
 namespace {
 
 // Slot k of one token's caches: its matrix at norm + k * norm_slot (rows pitch
@@ -145,4 +145,4 @@ void backward_tokens(const SinkhornBackwardOperands& o, float* scratch, int64_t 
 const SinkhornKernels kSinkhorn = {
     .scratch_floats = scratch_floats, .item_tokens = 64, .forward = forward_tokens, .backward = backward_tokens};
 
-}  // namespace mhc::kernels::reference
+}  // namespace mhc::kernels::fp32_steps
