@@ -25,7 +25,14 @@ The rest of the layer (SPEC §10-§13), each forward differentiable too:
     mhc.set_isa("portable")   # the kernel family of later calls (None: back to the default)
     mhc.isa(), mhc.available_isas()
 
-The native library is bound through its C ABI with ctypes (see _lib.py).
+Outputs of 1 MiB or more are allocated from an output cache that keeps their buffers
+for reuse once no tensor uses them: at most 2 GiB of idle buffers by default. Set the
+size with MHC_OUTPUT_CACHE_MB (MiB, read at import) or mhc.set_output_cache(nbytes);
+mhc.set_output_cache(0) (or MHC_OUTPUT_CACHE_MB=0) turns it off and releases what it
+holds; mhc.get_output_cache() returns (capacity, idle bytes held).
+
+The native library is bound through its C ABI with ctypes (see _lib.py): its
+prototypes and constants come from the library's own description of its operators.
 """
 from . import _lib
 from ._core import available_isas, isa, set_isa

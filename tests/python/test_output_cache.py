@@ -96,3 +96,14 @@ def test_capacity_bounds_what_is_kept_and_zero_releases_it():
 def test_bad_capacities_are_refused(bad, error):
     with pytest.raises(error, match="nbytes"):
         mhc.set_output_cache(bad)
+
+
+def test_help_states_the_default_size_and_how_to_turn_it_off():
+    import os
+
+    from mhc import _output_cache
+
+    doc = mhc.__doc__
+    assert "2 GiB" in doc and "MHC_OUTPUT_CACHE_MB" in doc and "set_output_cache(0)" in doc
+    if "MHC_OUTPUT_CACHE_MB" not in os.environ:
+        assert _output_cache._default_capacity() == 2 << 30
