@@ -164,6 +164,14 @@ typedef struct mhc_operator_desc {
   const mhc_arg_desc *args;
 } mhc_operator_desc;
 MHC_API const mhc_operator_desc *mhc_operators(int32_t *count);
+/* The operators a torch binding registers with its dispatcher (torch.ops.mhc.<name>), each with
+   its schema and the operator above it runs on (its name without mhc_). */
+typedef struct mhc_torch_op {
+  const char *name;
+  const char *op;
+  const char *schema;
+} mhc_torch_op;
+MHC_API const mhc_torch_op *mhc_torch_ops(int32_t *count);
 
 /* Every constant of this header by name without its MHC_ prefix ("BF16", "ERR_INVALID",
    "ISA_AVX2", "MAX_RANK", ...), and the fields of its structs, for the same bindings. */

@@ -136,6 +136,15 @@ for _op in _table(lib.mhc_operators, _Operator):
     globals()[_name] = _fn
 del _op, _name, _args, _fn
 
+
+class _TorchOp(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("op", ctypes.c_char_p), ("schema", ctypes.c_char_p)]
+
+
+# The torch.library operators: name -> (the operator above it runs on, its schema).
+lib.mhc_torch_ops.argtypes = [ctypes.POINTER(ctypes.c_int32)]
+TORCH_OPS = {t.name.decode(): (t.op.decode(), t.schema.decode()) for t in _table(lib.mhc_torch_ops, _TorchOp)}
+
 lib.mhc_last_error.argtypes = []
 lib.mhc_last_error.restype = ctypes.c_char_p
 lib.mhc_last_error_kind.argtypes = []

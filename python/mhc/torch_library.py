@@ -22,41 +22,10 @@ import sys
 import torch
 from torch.library import Library
 
-from . import autograd, ops
+from . import _lib, autograd, ops
 
-_EPS = "1e-06"
-
-SCHEMAS = {
-    "npu_mhc_pre":
-        "npu_mhc_pre(Tensor x, Tensor phi, Tensor alpha, Tensor bias, *, Tensor? gamma=None, "
-        f"float norm_eps={_EPS}, float hc_eps={_EPS}, int out_flag=0, int inner_precise=0) "
-        "-> (Tensor, Tensor?, Tensor?, Tensor?, Tensor?, Tensor?)",
-    "npu_mhc_pre_backward":
-        "npu_mhc_pre_backward(Tensor x, Tensor phi, Tensor alpha, Tensor grad_h_in, Tensor? grad_h_post, "
-        "Tensor? grad_h_res, Tensor inv_rms, Tensor h_mix, Tensor h_pre, Tensor? h_post, Tensor? gamma=None, "
-        f"float hc_eps={_EPS}, Tensor? grad_x_post=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
-    "mhc_head":
-        "mhc_head(Tensor x, Tensor phi, Tensor alpha, Tensor bias, Tensor? gamma=None, *, "
-        f"float norm_eps={_EPS}, float hc_eps={_EPS}, int inner_precise=0) -> Tensor",
-    "npu_mhc_sinkhorn":
-        f"npu_mhc_sinkhorn(Tensor x, *, float eps={_EPS}, int num_iters=20, int out_flag=0) "
-        "-> (Tensor, Tensor?, Tensor?)",
-    "npu_mhc_sinkhorn_backward":
-        "npu_mhc_sinkhorn_backward(Tensor grad_y, Tensor norm_out, Tensor sum_out) -> Tensor",
-    "npu_mhc_post":
-        "npu_mhc_post(Tensor x, Tensor? h_res, Tensor h_out, Tensor h_post) -> Tensor",
-    "npu_mhc_post_backward":
-        "npu_mhc_post_backward(Tensor grad_y, Tensor x, Tensor? h_res, Tensor h_out, Tensor h_post, *, "
-        "ScalarType? grad_x_dtype=None) -> (Tensor, Tensor, Tensor, Tensor)",
-    "mhc_pre_sinkhorn":
-        "mhc_pre_sinkhorn(Tensor x, Tensor phi, Tensor alpha, Tensor bias, int hc_mult, int num_iters=20, "
-        f"float hc_eps={_EPS}, float norm_eps={_EPS}, *, bool out_flag=False) "
-        "-> (Tensor, Tensor, Tensor, Tensor?, Tensor?, Tensor?, Tensor?, Tensor?)",
-    "mhc_pre_sinkhorn_backward":
-        "mhc_pre_sinkhorn_backward(Tensor grad_hin, Tensor grad_h_post, Tensor grad_h_res, Tensor x, "
-        "Tensor phi, Tensor alpha, Tensor bias, Tensor h_pre, Tensor hc_before_norm, Tensor inv_rms, "
-        f"Tensor sum_out, Tensor norm_out, float hc_eps={_EPS}) -> (Tensor, Tensor, Tensor, Tensor)",
-}
+# Each operator's schema, from the library's description of its operators (mhc_torch_ops).
+SCHEMAS = {name: schema for name, (_, schema) in _lib.TORCH_OPS.items()}
 
 
 def _mhc_pre_sinkhorn(*args, out_flag=False, **kwargs):
@@ -91,6 +60,8 @@ def _without_graph(function):
 
 def _register(namespace):
     library = Library(namespace, "DEF")
+    if sorted(SCHEMAS) != sorted(FUNCTIONS):
+        raise ImportError(f"mhc: torch operators described {sorted(SCHEMAS)} != with a function {sorted(FUNCTIONS)}")
     for name, schema in SCHEMAS.items():
         library.define(schema)
         function = FUNCTIONS[name]

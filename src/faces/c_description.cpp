@@ -32,6 +32,12 @@ constexpr mhc_operator_desc kOperators[] = {
 #undef MHC_OPERATOR
 };
 
+constexpr mhc_torch_op kTorchOps[] = {
+#define MHC_TORCH_OP(op, name, schema) {#name, #op, schema},
+#include "description/operators.def"
+#undef MHC_TORCH_OP
+};
+
 #define MHC_CONSTANT(name) {#name, MHC_##name}
 constexpr mhc_constant kConstants[] = {
     MHC_CONSTANT(MAX_RANK),        MHC_CONSTANT(MAX_ELEMENTS),     MHC_CONSTANT(BF16),
@@ -96,6 +102,11 @@ extern "C" {
 const mhc_operator_desc* mhc_operators(int32_t* count) {
   if (count != nullptr) *count = int32_t(std::size(kOperators));
   return kOperators;
+}
+
+const mhc_torch_op* mhc_torch_ops(int32_t* count) {
+  if (count != nullptr) *count = int32_t(std::size(kTorchOps));
+  return kTorchOps;
 }
 
 const mhc_constant* mhc_constants(int32_t* count) {

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "validation_util.hpp"
@@ -50,6 +53,49 @@ TEST(CApi, AvailableIsasAreTheRunnableFamiliesBestFirst) {
   }
   EXPECT_EQ(listed, expected);
   EXPECT_EQ(listed.substr(listed.size() - std::string(",portable,reference").size()), ",portable,reference");
+}
+
+// The description tables bindings read: every operator's arguments as its C function takes
+// them, the torch operators on described operators, the structs' fields covering them.
+TEST(CApi, DescriptionTablesAreConsistent) {
+  int32_t n_ops = 0, n_torch = 0, n_constants = 0, n_fields = 0;
+  const mhc_operator_desc* ops = mhc_operators(&n_ops);
+  ASSERT_EQ(n_ops, 8);
+  std::set<std::string> names;
+  for (int32_t i = 0; i < n_ops; ++i) {
+    names.insert(ops[i].name);
+    ASSERT_GT(ops[i].num_args, 0) << ops[i].name;
+    for (int32_t a = 0; a < ops[i].num_args; ++a) {
+      const mhc_arg_desc& arg = ops[i].args[a];
+      EXPECT_TRUE(arg.kind >= MHC_ARG_TENSOR_IN && arg.kind <= MHC_ARG_INT64) << ops[i].name << "." << arg.name;
+      if (arg.kind == MHC_ARG_TENSOR_IN || arg.kind == MHC_ARG_TENSOR_OUT) EXPECT_STRNE(arg.dtypes, "") << arg.name;
+    }
+  }
+  EXPECT_EQ(names.count("sinkhorn_forward"), 1u);
+  const mhc_arg_desc* sinkhorn = nullptr;
+  for (int32_t i = 0; i < n_ops; ++i)
+    if (std::string(ops[i].name) == "sinkhorn_forward") sinkhorn = ops[i].args;
+  ASSERT_NE(sinkhorn, nullptr);
+  EXPECT_STREQ(sinkhorn[0].name, "z");
+  EXPECT_EQ(sinkhorn[1].kind, MHC_ARG_DOUBLE);
+  EXPECT_EQ(sinkhorn[2].kind, MHC_ARG_INT64);
+  EXPECT_EQ(sinkhorn[4].nullable, 1);
+  const mhc_torch_op* torch_ops = mhc_torch_ops(&n_torch);
+  ASSERT_EQ(n_torch, 9);
+  for (int32_t i = 0; i < n_torch; ++i) EXPECT_EQ(names.count(torch_ops[i].op), 1u) << torch_ops[i].name;
+  const mhc_constant* constants = mhc_constants(&n_constants);
+  std::map<std::string, int64_t> by_name;
+  for (int32_t i = 0; i < n_constants; ++i) by_name[constants[i].name] = constants[i].value;
+  EXPECT_EQ(by_name.at("ERR_INVALID"), MHC_ERR_INVALID);
+  EXPECT_EQ(by_name.at("ISA_NEON"), MHC_ISA_NEON);
+  EXPECT_EQ(by_name.at("MAX_ELEMENTS"), MHC_MAX_ELEMENTS);
+  int64_t size = 0;
+  const mhc_field_desc* fields = mhc_struct_fields("mhc_options", &n_fields, &size);
+  ASSERT_EQ(n_fields, 6);
+  EXPECT_EQ(size, int64_t(sizeof(mhc_options)));
+  EXPECT_STREQ(fields[0].name, "struct_size");
+  EXPECT_EQ(mhc_struct_fields("no_such_struct", &n_fields, &size), nullptr);
+  EXPECT_EQ(n_fields, 0);
 }
 
 // mhc_options grows by struct_size: a caller's shorter struct is read up to its size, a

@@ -257,3 +257,12 @@ def test_npu_namespace_refused_beside_torch_npu():
                             env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     assert result.returncode == 0, result.stderr
     assert "refused: mhc.register_npu_namespace: torch_npu is loaded" in result.stdout, result.stdout
+
+
+def test_every_torch_operator_runs_on_a_described_operator():
+    from mhc import _lib
+
+    assert set(_lib.TORCH_OPS) == set(SCHEMAS)
+    for name, (op, schema) in _lib.TORCH_OPS.items():
+        assert op in _lib.OPERATORS, f"{name} runs on {op}, which is not described"
+        assert schema.startswith(name + "("), schema
