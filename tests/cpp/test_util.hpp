@@ -47,12 +47,7 @@ inline std::vector<mhc::Isa> built_families() {
 }
 
 // Every family this build and CPU run, best first.
-inline std::vector<mhc::Isa> available_families() {
-  std::vector<mhc::Isa> out;
-  for (mhc::Isa isa : built_families())
-    if (mhc::isa_available(isa)) out.push_back(isa);
-  return out;
-}
+inline std::vector<mhc::Isa> available_families() { return mhc::available_isas(); }
 
 // The families a suite that checks each family in turn runs: every one this CPU runs,
 // or only the one MHC_ISA names (a slow emulated CPU asks for its own family alone:
