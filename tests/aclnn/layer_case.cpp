@@ -38,30 +38,8 @@ std::vector<int64_t> concat(std::vector<int64_t> a, const std::vector<int64_t>& 
   return a;
 }
 
-Slot make_slot(const std::string& name, aclDataType dtype, std::vector<int64_t> dims, bool output, bool present,
-               float center, float scale) {
-  Slot s;
-  s.name = name;
-  s.dtype = dtype;
-  s.dims = std::move(dims);
-  s.output = output;
-  s.present = present;
-  s.center = center;
-  s.scale = scale;
-  return s;
-}
-
 namespace {
 
-// Values in [-1, 1] from a name's seed and an element index: a slot holds the
-// same numbers whatever its layout and whatever the other slots.
-float unit_value(uint32_t seed, int64_t i) {
-  uint32_t h = uint32_t(i) * 2654435761u ^ (seed * 40503u + 0x9E3779B9u);
-  h ^= h >> 15;
-  h *= 2246822519u;
-  h ^= h >> 13;
-  return float(h % 2001u) / 1000.0f - 1.0f;
-}
 uint32_t seed_of(const std::string& name) {
   uint32_t h = 2166136261u;
   for (char c : name) h = (h ^ uint8_t(c)) * 16777619u;
@@ -74,26 +52,6 @@ size_t element_size(aclDataType dtype) {
   return s.element_size();
 }
 
-void store(aclDataType dtype, uint8_t* dst, float value) {
-  switch (dtype) {
-    case ACL_FLOAT: std::memcpy(dst, &value, 4); break;
-    case ACL_BF16: {
-      uint32_t u;
-      std::memcpy(&u, &value, 4);
-      u += 0x7fffu + ((u >> 16) & 1u);
-      const uint16_t h = uint16_t(u >> 16);
-      std::memcpy(dst, &h, 2);
-      break;
-    }
-    case ACL_FLOAT16: {
-      const uint16_t h = mhc::core::float_to_fp16(value);
-      std::memcpy(dst, &h, 2);
-      break;
-    }
-    default: break;  // dtypes the operators reject: the content does not matter
-  }
-}
-
 }  // namespace
 
 std::vector<uint8_t> random_bytes(const std::string& seed_name, aclDataType dtype, int64_t count, float center,
@@ -101,7 +59,8 @@ std::vector<uint8_t> random_bytes(const std::string& seed_name, aclDataType dtyp
   const size_t es = element_size(dtype);
   std::vector<uint8_t> out(size_t(count) * es, 0);
   const uint32_t seed = seed_of(seed_name);
-  for (int64_t i = 0; i < count; ++i) store(dtype, out.data() + i * es, center + scale * unit_value(seed, i));
+  for (int64_t i = 0; i < count; ++i)
+    aclnn_test::store_value(dtype, out.data() + i * es, center + scale * aclnn_test::unit_value(seed, i));
   return out;
 }
 

@@ -52,8 +52,7 @@ int64_t product(const std::vector<int64_t>& dims);
 int64_t pitch_of(int64_t N);  // Na (SPEC §10)
 std::vector<int64_t> concat(std::vector<int64_t> a, const std::vector<int64_t>& b);
 
-Slot make_slot(const std::string& name, aclDataType dtype, std::vector<int64_t> dims, bool output, bool present = true,
-               float center = 0.0f, float scale = 1.0f);
+using aclnn_test::make_slot;
 
 // `count` values center + scale * u, u in [-1, 1] from the name and the
 // element index, stored as `dtype`: a slot holds the same numbers whatever
@@ -253,24 +252,9 @@ class LayerCase {
       if (b != kPattern) return false;
     return true;
   }
-  std::vector<uint8_t> logical_bytes(const std::string& name) const {
-    const Slot& s = slot(name);
-    const size_t es = s.element_size();
-    std::vector<uint8_t> out(size_t(s.numel()) * es);
-    for (int64_t i = 0; i < s.numel(); ++i)
-      std::memcpy(out.data() + i * es, s.storage.data() + s.storage_index(i) * es, es);
-    return out;
-  }
-  bool gaps_untouched(const std::string& name) const {
-    const Slot& s = slot(name);
-    const size_t es = s.element_size();
-    std::vector<bool> element(s.storage.size(), false);
-    for (int64_t i = 0; i < s.numel(); ++i)
-      for (size_t b = 0; b < es; ++b) element[s.storage_index(i) * es + b] = true;
-    for (size_t b = 0; b < s.storage.size(); ++b)
-      if (!element[b] && s.storage[b] != kPattern) return false;
-    return true;
-  }
+  std::vector<uint8_t> logical_bytes(const std::string& name) const { return slot(name).logical_bytes(); }
+  bool gaps_untouched(const std::string& name) const { return slot(name).gaps_untouched(); }
+
 
   // What the C++ API gives on the slots' inputs: every output the face must
   // write, by name, as logical (row-major) bytes.

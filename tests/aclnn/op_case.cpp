@@ -1,14 +1,15 @@
 #include "op_case.hpp"
 
+#include <cstring>
 #include <stdexcept>
+#include <utility>
 
 #include "core/dtype.hpp"  // inputs rounded to fp16 as the library rounds (any compiler)
 
 namespace aclnn_test {
-namespace {
 
-Slot make_slot(const std::string& name, aclDataType dtype, std::vector<int64_t> dims, bool output,
-               bool present = true, float center = 0.0f, float scale = 1.0f) {
+Slot make_slot(const std::string& name, aclDataType dtype, std::vector<int64_t> dims, bool output, bool present,
+               float center, float scale) {
   Slot s;
   s.name = name;
   s.dtype = dtype;
@@ -20,7 +21,6 @@ Slot make_slot(const std::string& name, aclDataType dtype, std::vector<int64_t> 
   return s;
 }
 
-// A value in [-1, 1] from a slot seed and an element index.
 float unit_value(uint32_t seed, int64_t i) {
   uint32_t h = uint32_t(i) * 2654435761u ^ (seed * 40503u + 0x9E3779B9u);
   h ^= h >> 15;
@@ -29,23 +29,38 @@ float unit_value(uint32_t seed, int64_t i) {
   return float(h % 2001u) / 1000.0f - 1.0f;
 }
 
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
-
-void store(const Slot& s, uint8_t* dst, float value) {
-  switch (s.dtype) {
+void store_value(aclDataType dtype, uint8_t* dst, float value) {
+  switch (dtype) {
     case ACL_FLOAT: std::memcpy(dst, &value, 4); break;
-    case ACL_BF16: { const uint16_t h = to_bf16(value); std::memcpy(dst, &h, 2); break; }
+    case ACL_BF16: {
+      uint32_t u;
+      std::memcpy(&u, &value, 4);
+      u += 0x7fffu + ((u >> 16) & 1u);
+      const uint16_t h = uint16_t(u >> 16);
+      std::memcpy(dst, &h, 2);
+      break;
+    }
     case ACL_FLOAT16: { const uint16_t h = mhc::core::float_to_fp16(value); std::memcpy(dst, &h, 2); break; }
     default: break;  // dtypes the operators reject: the content does not matter
   }
 }
 
-}  // namespace
+std::vector<uint8_t> Slot::logical_bytes() const {
+  const size_t es = element_size();
+  std::vector<uint8_t> out(size_t(numel()) * es);
+  for (int64_t i = 0; i < numel(); ++i) std::memcpy(out.data() + i * es, storage.data() + storage_index(i) * es, es);
+  return out;
+}
+
+bool Slot::gaps_untouched() const {
+  const size_t es = element_size();
+  std::vector<bool> element(storage.size(), false);
+  for (int64_t i = 0; i < numel(); ++i)
+    for (size_t b = 0; b < es; ++b) element[storage_index(i) * es + b] = true;
+  for (size_t b = 0; b < storage.size(); ++b)
+    if (!element[b] && storage[b] != kPattern) return false;
+  return true;
+}
 
 OpCase::OpCase(Op op, Config c) : op_(op), config_(c) {
   const int64_t T = c.T, N = c.N, D = c.D, K = N * D;
@@ -103,7 +118,7 @@ void OpCase::materialize() {
     s.storage.assign(size_t(s.storage_elements()) * es, kPattern);
     if (!s.output)
       for (int64_t i = 0; i < s.numel(); ++i)
-        store(s, s.storage.data() + s.storage_index(i) * es, s.center + s.scale * unit_value(seed, i));
+        store_value(s.dtype, s.storage.data() + s.storage_index(i) * es, s.center + s.scale * unit_value(seed, i));
     const std::vector<int64_t> strides = s.effective_strides();
     const int64_t storage_dims[1] = {s.storage_elements() + s.declared_storage_delta};
     s.tensor = aclCreateTensor(s.dims.data(), s.dims.size(), s.dtype, strides.data(), s.offset, s.format,
@@ -178,23 +193,11 @@ bool OpCase::outputs_untouched() const {
 }
 
 std::vector<uint8_t> OpCase::logical_bytes(const std::string& name) const {
-  const Slot& s = const_cast<OpCase*>(this)->slot(name);
-  const size_t es = s.element_size();
-  std::vector<uint8_t> out(size_t(s.numel()) * es);
-  for (int64_t i = 0; i < s.numel(); ++i)
-    std::memcpy(out.data() + i * es, s.storage.data() + s.storage_index(i) * es, es);
-  return out;
+  return const_cast<OpCase*>(this)->slot(name).logical_bytes();
 }
 
 bool OpCase::gaps_untouched(const std::string& name) const {
-  const Slot& s = const_cast<OpCase*>(this)->slot(name);
-  const size_t es = s.element_size();
-  std::vector<bool> element(s.storage.size(), false);
-  for (int64_t i = 0; i < s.numel(); ++i)
-    for (size_t b = 0; b < es; ++b) element[s.storage_index(i) * es + b] = true;
-  for (size_t b = 0; b < s.storage.size(); ++b)
-    if (!element[b] && s.storage[b] != kPattern) return false;
-  return true;
+  return const_cast<OpCase*>(this)->slot(name).gaps_untouched();
 }
 
 }  // namespace aclnn_test

@@ -116,7 +116,18 @@ struct Slot {
     for (size_t i = 0; i < dims.size(); ++i) m += (dims[i] - 1) * s[i];
     return m;
   }
+  // The elements' bytes in row-major logical order, whatever the layout.
+  std::vector<uint8_t> logical_bytes() const;
+  // No byte of the storage outside the elements changed from kPattern.
+  bool gaps_untouched() const;
 };
+
+Slot make_slot(const std::string& name, aclDataType dtype, std::vector<int64_t> dims, bool output,
+               bool present = true, float center = 0.0f, float scale = 1.0f);
+// A value in [-1, 1] from a seed and an element index.
+float unit_value(uint32_t seed, int64_t i);
+// `value` stored as `dtype` (bf16 and fp16 rounded to nearest even, as the library rounds).
+void store_value(aclDataType dtype, uint8_t* dst, float value);
 
 class OpCase {
  public:
