@@ -11,6 +11,7 @@
 #include <limits>
 #include <optional>
 
+#include "common/described_call.hpp"
 #include "core/dtype.hpp"
 #include "core/problem.hpp"
 #include "mhc/mhc.h"
@@ -1070,27 +1071,18 @@ bool all_inside(Case& c, const Arena& arena) {
   return true;
 }
 
-bool required_missing(Case& c, Op op) {
-  // (h_post and grad_h_post depend on alpha's entries: validation reports them.)
-  static const char* fwd[] = {"x", "phi", "alpha", "bias", "h_in"};
-  static const char* bwd[] = {"x", "phi", "alpha", "grad_h_in", "inv_rms", "h_mix",
-                              "h_pre", "grad_x", "grad_phi", "grad_alpha", "grad_bias"};
-  if (op == Op::forward) {
-    for (const char* n : fwd) if (!c.find(n)->present) return true;
-  } else {
-    for (const char* n : bwd) if (!c.find(n)->present) return true;
-  }
-  return false;
-}
-
-int call_c(Case& c, uint8_t* base, const mhc_options& options) {
+// The C face, each argument by its name in the description (NULL where the case has none).
+int call_c(Case& c, uint8_t* base, const mhc_options& options, bool* required_null) {
   CArgs a(c.tensors.size());
   for (size_t i = 0; i < c.tensors.size(); ++i) a.set(i, c.tensors[i], base);
-  const auto& p = a.ptrs;
-  if (c.problem.op == Op::forward)
-    return mhc_pre_forward(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], &options);
-  return mhc_pre_backward(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13],
-                          p[14], p[15], p[16], &options);
+  auto at = [&](const char* name) {
+    for (size_t i = 0; i < c.tensors.size(); ++i)
+      if (std::strcmp(c.tensors[i].name, name) == 0) return static_cast<const mhc_tensor*>(a.ptrs[i]);
+    return static_cast<const mhc_tensor*>(nullptr);
+  };
+  auto no_scalar = [](const char*) { return 0; };
+  return mhc_test::call_described(c.problem.op == Op::forward ? "pre_forward" : "pre_backward", at, no_scalar,
+                                  no_scalar, &options, required_null);
 }
 
 }  // namespace
@@ -1135,8 +1127,9 @@ void run_cpp_target(const uint8_t* data, size_t size, Op op) {
     options.norm_eps = c.problem.norm_eps;
     options.hc_eps = c.problem.hc_eps;
     options.num_threads = c.problem.threads;
-    const int code = call_c(c, arena.base, options);
-    if (required_missing(c, op)) {
+    bool required_null = false;
+    const int code = call_c(c, arena.base, options, &required_null);
+    if (required_null) {
       MHC_FUZZ_CHECK(code == MHC_ERR_NULLPTR, "C face: a NULL required tensor was not reported");
       MHC_FUZZ_CHECK(std::string(mhc_last_error()).find("required, got NULL") != std::string::npos,
                      std::string("C face message: ") + mhc_last_error());

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/dtype.hpp"
+#include "common/described_call.hpp"
 #include "fuzz_common.hpp"
 #include "kernels/common/token_math.hpp"
 #include "mhc/mhc.h"
@@ -324,37 +325,13 @@ int call_c(Case& c, const LayerProblem& p, uint8_t* base, const mhc::Options& o,
       if (std::strcmp(c.tensors[i].name, name) == 0) return ptr[i];
     return static_cast<const mhc_tensor*>(nullptr);
   };
-  static const std::vector<std::vector<const char*>> required = {
-      {"z", "h_res"},
-      {"grad_h_res", "grad_z"},
-      {"x", "h_out", "h_post", "out"},
-      {"grad_out", "x", "h_out", "h_post", "grad_x", "grad_h_out", "grad_h_post"},
-      {"x", "phi", "alpha", "bias", "h_in", "h_post", "h_res"},
-      {"grad_h_in", "grad_h_post", "grad_h_res", "x", "phi", "alpha", "bias", "h_pre", "h_mix", "inv_rms", "sum_out",
-       "norm_out", "grad_x", "grad_phi", "grad_alpha", "grad_bias"}};
-  *required_null = false;
-  for (const char* name : required[size_t(int(p.op) * 2 + p.backward)]) *required_null = *required_null || at(name) == nullptr;
   mhc_options opt = mhc_default_options();
   opt.norm_eps = o.norm_eps, opt.hc_eps = o.hc_eps, opt.num_threads = o.num_threads, opt.isa = int32_t(o.isa);
-  switch (p.op) {
-    case LayerOp::sinkhorn:
-      if (!p.backward) return mhc_sinkhorn_forward(at("z"), p.eps, p.I, at("h_res"), at("norm_out"), at("sum_out"), &opt);
-      return mhc_sinkhorn_backward(at("grad_h_res"), at("norm_out"), at("sum_out"), at("z"), p.eps, p.I, at("grad_z"), &opt);
-    case LayerOp::post:
-      if (!p.backward) return mhc_post_forward(at("x"), at("h_res"), at("h_out"), at("h_post"), at("out"), &opt);
-      return mhc_post_backward(at("grad_out"), at("x"), at("h_res"), at("h_out"), at("h_post"), at("grad_x"),
-                               at("grad_h_res"), at("grad_h_out"), at("grad_h_post"), &opt);
-    case LayerOp::pre_sinkhorn:
-      if (!p.backward)
-        return mhc_pre_sinkhorn_forward(at("x"), at("phi"), at("alpha"), at("bias"), p.I, at("h_in"), at("h_post"),
-                                        at("h_res"), at("inv_rms"), at("h_mix"), at("h_pre"), at("norm_out"),
-                                        at("sum_out"), &opt);
-      return mhc_pre_sinkhorn_backward(at("grad_h_in"), at("grad_h_post"), at("grad_h_res"), at("x"), at("phi"),
-                                       at("alpha"), at("bias"), at("h_pre"), at("h_mix"), at("inv_rms"), at("sum_out"),
-                                       at("norm_out"), at("grad_x"), at("grad_phi"), at("grad_alpha"), at("grad_bias"),
-                                       &opt);
-  }
-  return 0;
+  static const char* const kOperators[] = {"sinkhorn_forward",     "sinkhorn_backward",    "post_forward",
+                                           "post_backward",        "pre_sinkhorn_forward", "pre_sinkhorn_backward"};
+  return mhc_test::call_described(
+      kOperators[size_t(int(p.op) * 2 + p.backward)], at, [&](const char*) { return p.eps; },
+      [&](const char*) { return p.I; }, &opt, required_null);
 }
 
 bool all_inside(Case& c, const Arena& arena) {
