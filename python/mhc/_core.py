@@ -175,6 +175,24 @@ def _raise_on_error(status, names=None):
     raise (TypeError if kind == _lib.ERROR_DTYPE else ValueError)(message)
 
 
+_TENSOR_KINDS = (_lib.ARG_TENSOR_IN, _lib.ARG_TENSOR_OUT)
+# Per operator, its arguments as (name, is a tensor), in its C function's order.
+_ARGUMENTS = {op: tuple((a["name"], a["kind"] in _TENSOR_KINDS) for a in d["args"])
+              for op, d in _lib.OPERATORS.items()}
+
+
+def _call(op, options, names=None, **arguments):
+    """The library's operator `op` on its arguments by their names in its description
+    (operators.def): tensors (a missing or None one is NULL) and scalars; raises its
+    error (see _raise_on_error for `names`)."""
+    unknown = set(arguments) - {name for name, _ in _ARGUMENTS[op]}
+    if unknown:
+        raise TypeError(f"mhc: {op} has no argument {sorted(unknown)[0]!r}")
+    views = [(_view(arguments.get(name)) if tensor else arguments[name]) for name, tensor in _ARGUMENTS[op]]
+    args = [(_ptr(v) if tensor else v) for v, (_, tensor) in zip(views, _ARGUMENTS[op])]
+    _raise_on_error(getattr(_lib, op)(*args, ctypes.byref(options)), names)
+
+
 def _check_out_flag(out_flag):
     """torch_npu's out_flag: the int 0 or 1 (a bool is refused, as torch's int arguments do)."""
     if isinstance(out_flag, bool) or not isinstance(out_flag, numbers.Integral):
@@ -259,10 +277,8 @@ def run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, matmul_precisi
 
     if shape_only:
         return h_in, h_post, h_res, inv_rms, h_mix, h_pre
-    views = [_view(t) for t in (x, phi, alpha, bias, gamma, h_in, h_post, h_res, inv_rms, h_mix, h_pre)]
-    options = _options(norm_eps, hc_eps, matmul_precision)
-    status = _lib.lib.mhc_pre_forward(*[_ptr(v) for v in views], ctypes.byref(options))
-    _raise_on_error(status)
+    _call("pre_forward", _options(norm_eps, hc_eps, matmul_precision), x=x, phi=phi, alpha=alpha, bias=bias,
+          gamma=gamma, h_in=h_in, h_post=h_post, h_res=h_res, inv_rms=inv_rms, h_mix=h_mix, h_pre=h_pre)
     return h_in, h_post, h_res, inv_rms, h_mix, h_pre
 
 
@@ -309,12 +325,10 @@ def npu_mhc_pre_backward(x, phi, alpha, grad_h_in, grad_h_post, grad_h_res, inv_
 
     if shape_only:
         return grad_x, grad_phi, grad_alpha, grad_bias, empty((n, d), f32) if gamma is None else grad_gamma
-    tensors = (x, phi, alpha, grad_h_in, grad_h_post, grad_h_res, inv_rms, h_mix, h_pre, h_post,
-               gamma, grad_x_post, grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma)
-    views = [_view(t) for t in tensors]
-    options = _options(None, hc_eps)
-    status = _lib.lib.mhc_pre_backward(*[_ptr(v) for v in views], ctypes.byref(options))
-    _raise_on_error(status)
+    _call("pre_backward", _options(None, hc_eps), x=x, phi=phi, alpha=alpha, grad_h_in=grad_h_in,
+          grad_h_post=grad_h_post, grad_h_res=grad_h_res, inv_rms=inv_rms, h_mix=h_mix, h_pre=h_pre, h_post=h_post,
+          gamma=gamma, grad_x_post=grad_x_post, grad_x=grad_x, grad_phi=grad_phi, grad_alpha=grad_alpha,
+          grad_bias=grad_bias, grad_gamma=grad_gamma)
     if grad_gamma is None:
         grad_gamma = torch.zeros((n, d), dtype=f32)
     return grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma
@@ -394,11 +408,8 @@ def run_sinkhorn_forward(x, eps, num_iters, with_caches):
         sum_out = empty((slots,) + lead + (pitch,), f32)
     if shape_only:
         return y, norm_out, sum_out
-    views = [_view(t) for t in (x, y, norm_out, sum_out)]
-    options = _options(None, 1e-6)
-    status = _lib.sinkhorn_forward(_ptr(views[0]), eps, num_iters, *[_ptr(v) for v in views[1:]],
-                                   ctypes.byref(options))
-    _raise_on_error(status, _SINKHORN_NAMES)
+    _call("sinkhorn_forward", _options(None, 1e-6), _SINKHORN_NAMES, z=x, eps=eps, num_iters=num_iters, h_res=y,
+          norm_out=norm_out, sum_out=sum_out)
     return y, norm_out, sum_out
 
 
@@ -412,12 +423,8 @@ def run_sinkhorn_backward(grad_y, norm_out, sum_out, x, eps, num_iters):
     grad_x = empty(grad_y.shape, torch.float32)
     if shape_only:
         return grad_x
-    views = [_view(t) for t in (grad_y, norm_out, sum_out, x)]
-    out = _view(grad_x)
-    options = _options(None, 1e-6)
-    status = _lib.sinkhorn_backward(*[_ptr(v) for v in views], eps, num_iters, _ptr(out),
-                                    ctypes.byref(options))
-    _raise_on_error(status, _SINKHORN_NAMES)
+    _call("sinkhorn_backward", _options(None, 1e-6), _SINKHORN_NAMES, grad_h_res=grad_y, norm_out=norm_out,
+          sum_out=sum_out, z=x, eps=eps, num_iters=num_iters, grad_z=grad_x)
     return grad_x
 
 
@@ -462,9 +469,7 @@ def run_post_forward(x, h_res, h_out, h_post):
     out = empty(x.shape, x.dtype)
     if shape_only:
         return out
-    views = [_view(t) for t in (x, h_res, h_out, h_post, out)]
-    status = _lib.post_forward(*[_ptr(v) for v in views], ctypes.byref(_options(None, 1e-6)))
-    _raise_on_error(status, _POST_NAMES)
+    _call("post_forward", _options(None, 1e-6), _POST_NAMES, x=x, h_res=h_res, h_out=h_out, h_post=h_post, out=out)
     return out
 
 
@@ -489,10 +494,8 @@ def run_post_backward(grad_y, x, h_res, h_out, h_post, grad_x_dtype, with_grad_h
     grad_h_post = empty(lead + (n,), f32)
     if shape_only:
         return grad_x, grad_h_res, grad_h_out, grad_h_post
-    tensors = (grad_y, x, h_res, h_out, h_post, grad_x, grad_h_res, grad_h_out, grad_h_post)
-    views = [_view(t) for t in tensors]
-    status = _lib.post_backward(*[_ptr(v) for v in views], ctypes.byref(_options(None, 1e-6)))
-    _raise_on_error(status, _POST_NAMES)
+    _call("post_backward", _options(None, 1e-6), _POST_NAMES, grad_out=grad_y, x=x, h_res=h_res, h_out=h_out,
+          h_post=h_post, grad_x=grad_x, grad_h_res=grad_h_res, grad_h_out=grad_h_out, grad_h_post=grad_h_post)
     return grad_x, grad_h_res, grad_h_out, grad_h_post
 
 
@@ -581,14 +584,9 @@ def run_pre_sinkhorn_forward(x, phi, alpha, bias, num_iters, hc_eps, norm_eps, w
         norm_out = empty((slots,) + lead + (n, n), f32)
     if shape_only:
         return h_in, h_post, h_res, h_pre, h_mix, inv_rms, sum_out, norm_out
-    inputs = [_view(t) for t in (x, phi, alpha, bias)]
-    # The library's order: h_in, h_post, h_res, then the caches inv_rms, h_mix, h_pre, norm_out, sum_out.
-    outputs = [_view(t) for t in (h_in, h_post, h_res, _inv_rms_view(inv_rms, x), h_mix, h_pre,
-                                  norm_out, sum_out)]
-    options = _options(norm_eps, hc_eps)
-    status = _lib.pre_sinkhorn_forward(*[_ptr(v) for v in inputs], num_iters,
-                                       *[_ptr(v) for v in outputs], ctypes.byref(options))
-    _raise_on_error(status, _PRE_SINKHORN_NAMES)
+    _call("pre_sinkhorn_forward", _options(norm_eps, hc_eps), _PRE_SINKHORN_NAMES, x=x, phi=phi, alpha=alpha,
+          bias=bias, num_iters=num_iters, h_in=h_in, h_post=h_post, h_res=h_res,
+          inv_rms=_inv_rms_view(inv_rms, x), h_mix=h_mix, h_pre=h_pre, norm_out=norm_out, sum_out=sum_out)
     return h_in, h_post, h_res, h_pre, h_mix, inv_rms, sum_out, norm_out
 
 
@@ -623,9 +621,8 @@ def mhc_pre_sinkhorn_backward(grad_hin, grad_h_post, grad_h_res, x, phi, alpha, 
     grad_bias = empty((f,), f32)
     if shape_only:
         return grad_x, grad_phi, grad_alpha, grad_bias
-    tensors = (grad_hin, grad_h_post, grad_h_res, x, phi, alpha, bias, h_pre, hc_before_norm,
-               _inv_rms_view(inv_rms, x), sum_out, norm_out, grad_x, grad_phi, grad_alpha, grad_bias)
-    views = [_view(t) for t in tensors]
-    status = _lib.pre_sinkhorn_backward(*[_ptr(v) for v in views], ctypes.byref(_options(None, hc_eps)))
-    _raise_on_error(status, _PRE_SINKHORN_NAMES)
+    _call("pre_sinkhorn_backward", _options(None, hc_eps), _PRE_SINKHORN_NAMES, grad_h_in=grad_hin,
+          grad_h_post=grad_h_post, grad_h_res=grad_h_res, x=x, phi=phi, alpha=alpha, bias=bias, h_pre=h_pre,
+          h_mix=hc_before_norm, inv_rms=_inv_rms_view(inv_rms, x), sum_out=sum_out, norm_out=norm_out,
+          grad_x=grad_x, grad_phi=grad_phi, grad_alpha=grad_alpha, grad_bias=grad_bias)
     return grad_x, grad_phi, grad_alpha, grad_bias
