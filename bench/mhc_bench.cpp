@@ -34,6 +34,7 @@ namespace {
 
 struct CommandLine {
   std::string json_path = "bench-results.json";
+  std::string commit = MHC_BENCH_COMMIT;  // the checkout configured, unless --commit names another
   std::vector<std::string> shapes{"a", "b", "c", "d", "e", "decode", "post", "sinkhorn"};
   int runs = 5;
   int threads = 0;           // 0: hardware threads
@@ -45,7 +46,7 @@ struct CommandLine {
   if (error) std::fprintf(stderr, "mhc-bench: %s\n", error);
   std::fprintf(stderr,
                "usage: mhc-bench [--json PATH] [--shapes a,b,c,d,e,decode,post,sinkhorn] [--runs N] [--threads N]\n"
-               "                 [--min-seconds S] [--stream-mib M]\n"
+               "                 [--min-seconds S] [--stream-mib M] [--commit REV]\n"
                "  shapes: a T=4096 N=4 D=4096 bf16 | b T=16384 N=4 D=7168 bf16 |\n"
                "          c T=2048 N=8 D=2048 fp16 (no gamma) | d T=1024 N=4 D=512 bf16 |\n"
                "          e T=1 N=4 D=7168 bf16 (forward only) |\n"
@@ -64,6 +65,7 @@ CommandLine parse(int argc, char** argv) {
     };
     if (arg == "--help" || arg == "-h") usage(nullptr);
     else if (arg == "--json") c.json_path = next();
+    else if (arg == "--commit") c.commit = next();
     else if (arg == "--runs") c.runs = std::max(1, std::atoi(next().c_str()));
     else if (arg == "--threads") c.threads = std::max(1, std::atoi(next().c_str()));
     else if (arg == "--min-seconds") c.min_seconds = std::atof(next().c_str());
@@ -247,7 +249,8 @@ int run(int argc, char** argv) {
 
   JsonWriter j;
   j.begin_object();
-  j.field("tool", "mhc-bench").field("mhc_version", mhc_version()).field("date_utc", now_utc());
+  j.field("tool", "mhc-bench").field("mhc_version", mhc_version()).field("commit", cl.commit);
+  j.field("date_utc", now_utc());
   j.field("isa", isa).field("threads", cl.threads).field("runs_min", cl.runs);
   j.field("min_seconds", cl.min_seconds);
   j.key("machine").begin_object();

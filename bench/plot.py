@@ -1,7 +1,11 @@
 #!/usr/bin/python3
 """Summary table and figure from mhc-bench's JSON (with torch_eager.py's figures merged).
 
-    /usr/bin/python3 bench/plot.py --json docs/bench-results.json --png docs/performance.png
+    /usr/bin/python3 bench/plot.py --json docs/bench-results.json --png docs/performance.png \
+        --markdown docs/performance.md
+
+With --markdown, the file's table between the lines MARKDOWN_BEGIN and MARKDOWN_END is
+replaced by this run's, stamped with its host, commit and date.
 
 Left panel: fraction of the roofline bound reached, per shape and operator, with the
 75 % target line (hatched bars: cache-resident working sets, where the DRAM bound does
@@ -14,6 +18,8 @@ import json
 import os
 
 TARGET_FRACTION = 0.75
+MARKDOWN_BEGIN = "<!-- mhc-bench table: made by bench/plot.py --markdown; do not edit by hand -->"
+MARKDOWN_END = "<!-- mhc-bench table: end -->"
 
 
 def fmt(v, spec="8.2f", none="-"):
@@ -140,17 +146,64 @@ def plot(res, png):
     fig.savefig(png, dpi=110)
 
 
+def markdown_table(res):
+    """This run's operator rows as a Markdown table, stamped with host, commit and date."""
+    m = res["machine"]
+    roof = m["roofline"]
+    lines = [
+        f"Host: {m['cpu']}, {res['threads']} threads; kernels `{res['isa']}`; mhc {res['mhc_version']} "
+        f"at commit {res.get('commit', 'unknown')}; {res['date_utc']}. Roofline of this run: "
+        f"{roof['peak_gflops']:.1f} GFLOP/s ({roof['peak_isa']} FMA peak), {roof['bandwidth_gbs']:.1f} GB/s "
+        "(triad).",
+        "",
+        "| shape | op | ms | 1→n | GB/s | GFLOP/s | bound ms (by) | roofline | extra MiB: RSS / planned ws |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for case in res["cases"]:
+        for op in ("forward", "backward"):
+            r = case.get(op)
+            if not r:
+                continue
+            extra = r["extra_memory"]
+            rss = extra.get("peak_rss_bytes")
+            rss = rss if rss is not None else extra.get("counted_peak_bytes")
+            ws = extra.get("expected_workspace_bytes")
+            speedup = r.get("speedup_vs_1_thread")
+            lines.append(
+                f"| {case['shape']} | {op} | {r['time_ms']:.3f} | {'-' if speedup is None else f'{speedup:.2f}x'} | "
+                f"{r['gbytes_per_s']:.2f} | {r['gflops_per_s']:.1f} | {r['roofline_bound_ms']:.3f} ({r['bound_by']}) | "
+                f"{100 * r['roofline_fraction']:.1f} %{' (cache)' if r.get('cache_resident') else ''} | "
+                f"{'-' if rss is None else f'{rss / 2**20:.2f}'} / {'-' if ws is None else f'{ws / 2**20:.2f}'} |")
+    return "\n".join(lines)
+
+
+def update_markdown(path, res):
+    """Replaces the table between MARKDOWN_BEGIN and MARKDOWN_END in `path` by this run's."""
+    with open(path) as f:
+        text = f.read()
+    begin, end = text.find(MARKDOWN_BEGIN), text.find(MARKDOWN_END)
+    if begin < 0 or end < begin:
+        raise SystemExit(f"plot.py: {path} has no {MARKDOWN_BEGIN!r} ... {MARKDOWN_END!r} section")
+    text = text[:begin + len(MARKDOWN_BEGIN)] + "\n" + markdown_table(res) + "\n" + text[end:]
+    with open(path, "w") as f:
+        f.write(text)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", default="bench-results.json")
     ap.add_argument("--png", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs",
                                                   "performance.png"))
+    ap.add_argument("--markdown", help="a Markdown file whose mhc-bench table section to replace")
     args = ap.parse_args()
     with open(args.json) as f:
         res = json.load(f)
     print(summary_table(res))
     plot(res, args.png)
     print(f"\nfigure: {os.path.normpath(args.png)}")
+    if args.markdown:
+        update_markdown(args.markdown, res)
+        print(f"table: {os.path.normpath(args.markdown)}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 #   setup -> build -> mhc-bench (roofline probes + C++ timings, JSON)
 #   -> bench/torch_eager.py and bench/torch_eager_layer.py (PyTorch eager vs our
 #      Python face, merged into the JSON)
-#   -> bench/plot.py (summary table + docs/performance.png).
+#   -> bench/plot.py (summary table, docs/performance.png, and the table of docs/performance.md,
+#      stamped with host, commit and date).
 # Arguments go to mhc-bench, e.g. `scripts/bench.sh --shapes a,d --runs 5 --threads 2`.
 # Environment: MHC_BUILD_DIR (default build), MHC_BENCH_JSON (default
 # BUILD_DIR/bench-results.json), MHC_ISA (forces a kernel family), MHC_BENCH_SKIP_TORCH=1.
@@ -28,7 +29,7 @@ build_dir=$(cd "$build_dir" && pwd)
 mkdir -p "$(dirname "$json")"
 
 echo "== mhc-bench =="
-"$build_dir/bench/mhc-bench" --json "$json" "$@"
+"$build_dir/bench/mhc-bench" --json "$json" --commit "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$@"
 
 if [ "${MHC_BENCH_SKIP_TORCH:-0}" != 1 ]; then
   echo
@@ -47,4 +48,4 @@ fi
 
 echo
 echo "== summary =="
-"$python" bench/plot.py --json "$json" --png docs/performance.png
+"$python" bench/plot.py --json "$json" --png docs/performance.png --markdown docs/performance.md
