@@ -12,14 +12,16 @@
 # same C++ on either architecture):
 #   - neon: with the family dispatch chooses (checked: MHC_EXPECT_ISA) the kernel testers
 #     (every compiled family against the float64 reference, each at its stated order), the
-#     bitwise pins and the decode path's batch invariance (neon, portable and reference in
-#     turn), the oracle agreement, the concurrency suite and the pool's hand-offs under stress
-#     (MHC_POOL_STRESS_JOBS), and the aclnn examples;
+#     bitwise pins (neon, portable and reference in turn: the portable C++ compiled for
+#     aarch64 gives x86-64's bits), the oracle agreement, the concurrency suite and the pool's
+#     hand-offs under stress (MHC_POOL_STRESS_JOBS), and the aclnn examples;
 #   - sve128, sve2: the kernel testers, and with the CPU's own family forced (sve; sve2) the
-#     bitwise pins, the decode path's batch invariance and the oracle's cases at D = 100;
-#   - sve512, and sve256 when named: the kernel testers, the bitwise pins and the decode
-#     path's batch invariance for bf16 x (its lane sums are laid out by the vector width),
-#     forced to sve.
+#     bitwise pins and the oracle's cases at D = 100;
+#   - sve512, and sve256 when named: the kernel testers and the bitwise pins, forced to sve;
+#   - every target: the decode path's batch invariance for bf16 x with its own family forced
+#     (the lane sums are laid out by the vector width; fp16 and fp32 x differ only in the
+#     load, which the kernel testers and the pins cover; portable and reference run the same
+#     C++ as on x86-64).
 # qemu is 10-50 times slower than the hardware, and on SVE vectors wider than 128 bits it
 # makes the scalar floating-point code after any SVE instruction another 10-25 times slower.
 # Never under qemu-user: EdgeSizes.WorkspaceBeyondMemory* and
@@ -193,10 +195,16 @@ run_target() {
     run_suite "$target" dispatch tests/kernels/mhc_kernel_tests "*"
     case $target in
       neon)
-        for binary in "${neon_suites[@]:1}"; do run_suite "$target" dispatch "$binary" "-$QEMU_EXCLUDED"; done ;;
+        for binary in "${neon_suites[@]:1}"; do
+          if [ "$binary" = tests/cpp/mhc_decode_invariance_test ]; then
+            run_suite "$target" neon "$binary" "$DECODE_BF16"
+          else
+            run_suite "$target" dispatch "$binary" "-$QEMU_EXCLUDED"
+          fi
+        done ;;
       sve128|sve2)
         run_suite "$target" "$family" tests/cpp/mhc_bitwise_identity_test "*"
-        run_suite "$target" "$family" tests/cpp/mhc_decode_invariance_test "*"
+        run_suite "$target" "$family" tests/cpp/mhc_decode_invariance_test "$DECODE_BF16"
         run_suite "$target" "$family" tests/cpp/mhc_oracle_agreement_test "$ORACLE_D100-$QEMU_EXCLUDED" ;;
       sve256|sve512)
         run_suite "$target" "$family" tests/cpp/mhc_bitwise_identity_test "*"
