@@ -1,11 +1,14 @@
 // Decode calls (at most kDecodeTokens tokens, which split K among the workers
 // instead of tokens) give every token the bits it gets inside a batch of 4096
-// (which splits tokens), on every kernel family (or the one MHC_ISA names), for
+// (which splits tokens; MHC_DECODE_BATCH_TOKENS sets another size from 1200, as the
+// emulated Arm CPUs do), on every kernel family (or the one MHC_ISA names), for
 // T = 1, 16 and 64 at any thread count (SPEC §5). At D = 1100 (K = 4400: three
 // slices, the last partial) D is no multiple of a vector or of an AMX step; at
 // D = 2048 (four whole slices) one token's cast runs inside its first row tile,
 // and 2 and 3 threads give the decode path's first share two slices and one.
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -34,9 +37,19 @@ struct DecodeCase {
 
 class DecodeInvariance : public ::testing::TestWithParam<DecodeCase> {};
 
-TEST_P(DecodeInvariance, DecodeCallsGiveTheBitsOfABatchOf4096) {
+// The batch's tokens: 4096, or MHC_DECODE_BATCH_TOKENS (at least 1200: the tokens compared
+// run from 1001 to 1128).
+int64_t batch_tokens() {
+  const char* env = std::getenv("MHC_DECODE_BATCH_TOKENS");
+  if (env == nullptr || *env == '\0') return 4096;
+  const long long n = std::atoll(env);
+  return n >= 1200 && n <= 65536 ? n : 4096;
+}
+
+TEST_P(DecodeInvariance, DecodeCallsGiveTheBitsOfABatch) {
   Config batch_cfg;
-  batch_cfg.N = 4, batch_cfg.D = GetParam().D, batch_cfg.B = 1, batch_cfg.S = 4096;
+  batch_cfg.N = 4, batch_cfg.D = GetParam().D, batch_cfg.B = 1, batch_cfg.S = batch_tokens();
+  SCOPED_TRACE("a batch of " + std::to_string(batch_cfg.S) + " tokens");
   batch_cfg.dtype = GetParam().dtype;
   batch_cfg.gamma = GetParam().gamma;
   batch_cfg.seed = 77;
