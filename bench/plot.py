@@ -26,6 +26,13 @@ def fmt(v, spec="8.2f", none="-"):
     return format(v, spec) if v is not None else format(none, ">" + spec.split(".")[0])
 
 
+def extra_bytes(r):
+    """(peak RSS over the baseline, or the counted peak where RSS is unknown; planned workspace)."""
+    extra = r["extra_memory"]
+    rss = extra.get("peak_rss_bytes")
+    return (rss if rss is not None else extra.get("counted_peak_bytes")), extra.get("expected_workspace_bytes")
+
+
 def summary_table(res):
     m = res["machine"]
     roof = m["roofline"]
@@ -42,10 +49,7 @@ def summary_table(res):
             r = case.get(op)
             if not r:
                 continue
-            extra = r["extra_memory"]
-            rss = extra.get("peak_rss_bytes")
-            rss = rss if rss is not None else extra.get("counted_peak_bytes")
-            ws = extra.get("expected_workspace_bytes")
+            rss, ws = extra_bytes(r)
             mark = "c" if r.get("cache_resident") else " "
             lines.append(
                 f"{case['shape']:6}{op:9}{r['time_ms']:9.3f}{r['gbytes_per_s']:8.2f}{r['gflops_per_s']:9.1f}"
@@ -164,10 +168,7 @@ def markdown_table(res):
             r = case.get(op)
             if not r:
                 continue
-            extra = r["extra_memory"]
-            rss = extra.get("peak_rss_bytes")
-            rss = rss if rss is not None else extra.get("counted_peak_bytes")
-            ws = extra.get("expected_workspace_bytes")
+            rss, ws = extra_bytes(r)
             speedup = r.get("speedup_vs_1_thread")
             lines.append(
                 f"| {case['shape']} | {op} | {r['time_ms']:.3f} | {'-' if speedup is None else f'{speedup:.2f}x'} | "

@@ -70,25 +70,17 @@ count_gtest_log() {
   if [ "$rc" -ne 0 ]; then
     failed=$((failed + (${bad:-0} > 0 ? ${bad:-0} : 1)))
     failures+=("$name (exit $rc)")
-    grep -E "FAILED|ERROR|runtime error|SUMMARY" "$log" | head -40
+    grep -E "FAILED|ERROR|WARNING: ThreadSanitizer|runtime error|SUMMARY" "$log" | head -40
   fi
 }
 
 # Runs a GoogleTest binary, adds its counts.
 run_gtest() {
-  local name=$1 log="$out/$2.log"
+  local name=$1 log="$out/$2.log" rc=0
   shift 2
   echo "-- $name"
-  "$@" --gtest_brief=1 > "$log" 2>&1
-  local rc=$? ok bad
-  ok=$(grep -oE "\[  PASSED  \] [0-9]+" "$log" | grep -oE "[0-9]+$" || echo 0)
-  bad=$(grep -oE "\[  FAILED  \] [0-9]+ test" "$log" | grep -oE "[0-9]+" || echo 0)
-  passed=$((passed + ${ok:-0}))
-  if [ "$rc" -ne 0 ]; then
-    failed=$((failed + (${bad:-0} > 0 ? ${bad:-0} : 1)))
-    failures+=("$name (exit $rc)")
-    grep -E "FAILED|ERROR|WARNING: ThreadSanitizer|runtime error|SUMMARY" "$log" | head -40
-  fi
+  "$@" --gtest_brief=1 > "$log" 2>&1 || rc=$?
+  count_gtest_log "$name" "$log" "$rc"
 }
 
 start=$(date +%s)
