@@ -26,6 +26,14 @@ def fmt(v, spec="8.2f", none="-"):
     return format(v, spec) if v is not None else format(none, ">" + spec.split(".")[0])
 
 
+def operator_rows(res):
+    """(case, "forward" or "backward", its result) for every timed operator of the run."""
+    for case in res["cases"]:
+        for op in ("forward", "backward"):
+            if case.get(op):
+                yield case, op, case[op]
+
+
 def extra_bytes(r):
     """(peak RSS over the baseline, or the counted peak where RSS is unknown; planned workspace)."""
     extra = r["extra_memory"]
@@ -44,18 +52,14 @@ def summary_table(res):
         f"{'shape':6}{'op':9}{'ms':>9}{'GB/s':>8}{'GFLOP/s':>9}{'bound ms':>10}{'by':>5}"
         f"{'roofline':>9}{'1->n':>7}{'extra MiB':>10}{'ws MiB':>8}",
     ]
-    for case in res["cases"]:
-        for op in ("forward", "backward"):
-            r = case.get(op)
-            if not r:
-                continue
-            rss, ws = extra_bytes(r)
-            mark = "c" if r.get("cache_resident") else " "
-            lines.append(
-                f"{case['shape']:6}{op:9}{r['time_ms']:9.3f}{r['gbytes_per_s']:8.2f}{r['gflops_per_s']:9.1f}"
-                f"{r['roofline_bound_ms']:10.3f}{r['bound_by'][:3]:>5}{100 * r['roofline_fraction']:8.1f}%{mark}"
-                f"{fmt(r.get('speedup_vs_1_thread'), '6.2f')}x"
-                f"{fmt(rss and rss / 2**20, '10.2f')}{fmt(ws and ws / 2**20, '8.2f')}")
+    for case, op, r in operator_rows(res):
+        rss, ws = extra_bytes(r)
+        mark = "c" if r.get("cache_resident") else " "
+        lines.append(
+            f"{case['shape']:6}{op:9}{r['time_ms']:9.3f}{r['gbytes_per_s']:8.2f}{r['gflops_per_s']:9.1f}"
+            f"{r['roofline_bound_ms']:10.3f}{r['bound_by'][:3]:>5}{100 * r['roofline_fraction']:8.1f}%{mark}"
+            f"{fmt(r.get('speedup_vs_1_thread'), '6.2f')}x"
+            f"{fmt(rss and rss / 2**20, '10.2f')}{fmt(ws and ws / 2**20, '8.2f')}")
     pt = res.get("pytorch")
     if pt:
         blas = pt["blas"]
@@ -163,18 +167,14 @@ def markdown_table(res):
         "| shape | op | ms | 1→n | GB/s | GFLOP/s | bound ms (by) | roofline | extra MiB: RSS / planned ws |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for case in res["cases"]:
-        for op in ("forward", "backward"):
-            r = case.get(op)
-            if not r:
-                continue
-            rss, ws = extra_bytes(r)
-            speedup = r.get("speedup_vs_1_thread")
-            lines.append(
-                f"| {case['shape']} | {op} | {r['time_ms']:.3f} | {'-' if speedup is None else f'{speedup:.2f}x'} | "
-                f"{r['gbytes_per_s']:.2f} | {r['gflops_per_s']:.1f} | {r['roofline_bound_ms']:.3f} ({r['bound_by']}) | "
-                f"{100 * r['roofline_fraction']:.1f} %{' (cache)' if r.get('cache_resident') else ''} | "
-                f"{'-' if rss is None else f'{rss / 2**20:.2f}'} / {'-' if ws is None else f'{ws / 2**20:.2f}'} |")
+    for case, op, r in operator_rows(res):
+        rss, ws = extra_bytes(r)
+        speedup = r.get("speedup_vs_1_thread")
+        lines.append(
+            f"| {case['shape']} | {op} | {r['time_ms']:.3f} | {'-' if speedup is None else f'{speedup:.2f}x'} | "
+            f"{r['gbytes_per_s']:.2f} | {r['gflops_per_s']:.1f} | {r['roofline_bound_ms']:.3f} ({r['bound_by']}) | "
+            f"{100 * r['roofline_fraction']:.1f} %{' (cache)' if r.get('cache_resident') else ''} | "
+            f"{'-' if rss is None else f'{rss / 2**20:.2f}'} / {'-' if ws is None else f'{ws / 2**20:.2f}'} |")
     return "\n".join(lines)
 
 
