@@ -179,13 +179,14 @@ _TENSOR_KINDS = (_lib.ARG_TENSOR_IN, _lib.ARG_TENSOR_OUT)
 # Per operator, its arguments as (name, is a tensor), in its C function's order.
 _ARGUMENTS = {op: tuple((a["name"], a["kind"] in _TENSOR_KINDS) for a in d["args"])
               for op, d in _lib.OPERATORS.items()}
+_ARGUMENT_NAMES = {op: frozenset(name for name, _ in arguments) for op, arguments in _ARGUMENTS.items()}
 
 
 def _call(op, options, names=None, **arguments):
     """The library's operator `op` on its arguments by their names in its description
     (operators.def): tensors (a missing or None one is NULL) and scalars; raises its
     error (see _raise_on_error for `names`)."""
-    unknown = set(arguments) - {name for name, _ in _ARGUMENTS[op]}
+    unknown = arguments.keys() - _ARGUMENT_NAMES[op]
     if unknown:
         raise TypeError(f"mhc: {op} has no argument {sorted(unknown)[0]!r}")
     views = [(_view(arguments.get(name)) if tensor else arguments[name]) for name, tensor in _ARGUMENTS[op]]

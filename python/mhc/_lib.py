@@ -28,18 +28,14 @@ def _load():
         except OSError as exc:
             # An explicit choice must not silently fall back to another library.
             raise ImportError(f"mhc: cannot load MHC_LIBRARY={explicit!r}: {exc}") from exc
-    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libmhc.so")
-    if os.path.exists(beside):
+    here = os.path.dirname(os.path.abspath(__file__))
+    beside = os.path.join(here, "libmhc.so")
+    in_repository = os.path.normpath(os.path.join(here, "..", "..", "build", "src", "libmhc.so"))
+    for path in (p for p in (beside, in_repository) if os.path.exists(p)):
         try:
-            return ctypes.CDLL(beside)
+            return ctypes.CDLL(path)
         except OSError as exc:
-            raise ImportError(f"mhc: cannot load {beside}: {exc}; {_BUILD_HINT}") from exc
-    in_repository = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "src", "libmhc.so")
-    if os.path.exists(in_repository):
-        try:
-            return ctypes.CDLL(os.path.normpath(in_repository))
-        except OSError as exc:
-            raise ImportError(f"mhc: cannot load {in_repository}: {exc}; {_BUILD_HINT}") from exc
+            raise ImportError(f"mhc: cannot load {path}: {exc}; {_BUILD_HINT}") from exc
     found = ctypes.util.find_library("mhc")
     if found:
         try:

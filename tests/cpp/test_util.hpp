@@ -39,13 +39,6 @@ inline ::testing::Environment* const kRequestedFamilyEnvironment =
 
 inline bool reference_selected() { return std::string(mhc::isa()) == "reference"; }
 
-// Every family this build has (the registry's order: best first).
-inline std::vector<mhc::Isa> built_families() {
-  std::vector<mhc::Isa> out;
-  for (const mhc::kernels::Implementation& impl : mhc::kernels::implementations()) out.push_back(impl.isa);
-  return out;
-}
-
 // Every family this build and CPU run, best first.
 inline std::vector<mhc::Isa> available_families() { return mhc::available_isas(); }
 
