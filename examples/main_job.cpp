@@ -4,7 +4,7 @@
 // MhcPostBackward, MhcSinkhornBackward (recomputing from z) and MhcPreBackward
 // with the post's grad_x as grad_x_post; the timings; and a check of a sample of
 // tokens: the pre block against the float64 reference family (Options::isa), the
-// Sinkhorn and the post against float64 loops written here from SPEC §10-§11.
+// Sinkhorn and the post against the library's float64 references of SPEC §10-§11.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/reference/post.hpp"
+#include "kernels/reference/sinkhorn.hpp"
 #include "mhc/mhc.h"
 #include "mhc/mhc.hpp"
 
@@ -91,49 +93,6 @@ Check rounded(const char* name, const uint16_t* ours, const std::vector<float>& 
   }
   c.pass = c.worst <= 1.0;
   return c;
-}
-
-// SPEC §10 in float64 for one token: H from z, and grad_z from grad_H.
-void sinkhorn64(const float* z, const float* grad_h, int64_t N, int I, double eps, double* h, double* grad_z) {
-  const int64_t NN = N * N;
-  std::vector<std::vector<double>> states(2 * I, std::vector<double>(NN)), divisors(2 * I, std::vector<double>(N));
-  std::vector<double> P(NN);
-  for (int64_t i = 0; i < N; ++i) {
-    double top = z[i * N], sum = 0;
-    for (int64_t j = 1; j < N; ++j) top = std::max(top, double(z[i * N + j]));
-    for (int64_t j = 0; j < N; ++j) sum += std::exp(z[i * N + j] - top);
-    for (int64_t j = 0; j < N; ++j) P[i * N + j] = std::exp(z[i * N + j] - top) / sum;
-  }
-  states[0] = P;
-  for (auto& e : P) e += eps;
-  for (int k = 1; k < 2 * I; ++k) {
-    for (int64_t a = 0; a < N; ++a) {  // k odd: column a; k even: row a
-      double sum = eps;
-      for (int64_t b = 0; b < N; ++b) sum += k % 2 ? P[b * N + a] : P[a * N + b];
-      divisors[k][a] = sum;
-      for (int64_t b = 0; b < N; ++b) (k % 2 ? P[b * N + a] : P[a * N + b]) /= sum;
-    }
-    states[k] = P;
-  }
-  std::vector<double> G(grad_h, grad_h + NN);
-  for (int k = 2 * I - 1; k >= 1; --k)
-    for (int64_t a = 0; a < N; ++a) {
-      double dot = 0;
-      for (int64_t b = 0; b < N; ++b) {
-        const int64_t e = k % 2 ? b * N + a : a * N + b;
-        dot += G[e] * states[k][e];
-      }
-      for (int64_t b = 0; b < N; ++b) {
-        const int64_t e = k % 2 ? b * N + a : a * N + b;
-        G[e] = (G[e] - dot) / divisors[k][a];
-      }
-    }
-  for (int64_t i = 0; i < N; ++i) {
-    double dot = 0;
-    for (int64_t j = 0; j < N; ++j) dot += G[i * N + j] * states[0][i * N + j];
-    for (int64_t j = 0; j < N; ++j) grad_z[i * N + j] = (G[i * N + j] - dot) * states[0][i * N + j];
-  }
-  for (int64_t e = 0; e < NN; ++e) h[e] = P[e];
 }
 
 // fp32 sums of n terms: |error| <= n u sum|terms| (u = 2^-24), the textbook bound
@@ -319,45 +278,39 @@ int main() {
             std::abs(from_h_in) + std::abs(post) + std::abs(rgrad_x[(t * N + n) * D + d] - from_h_in - post);
       }
 
-  // The Sinkhorn and the post on the same tokens, in float64 from SPEC's formulas.
+  // The Sinkhorn and the post on the same tokens, by the float64 references
+  // (kernels/reference), on the fp32 values the library read.
+  namespace ref = mhc::kernels::reference;
+  auto token = [](const std::vector<float>& v, int64_t at, int64_t n) {
+    return std::vector<double>(v.begin() + at * n, v.begin() + (at + 1) * n);
+  };
   std::vector<float> h64f(S * R), grad_z64f(S * R);
   for (int64_t t = 0; t < S; ++t) {
-    double h64[64], grad_z64[64];
-    sinkhorn64(h_res.data() + (first + t) * R, grad_H.data() + (first + t) * R, N, I, eps, h64, grad_z64);
-    for (int64_t e = 0; e < R; ++e) h64f[t * R + e] = float(h64[e]), grad_z64f[t * R + e] = float(grad_z64[e]);
+    const std::vector<double> z = token(h_res, first + t, R), grad = token(grad_H, first + t, R);
+    const ref::Sinkhorn64 f = ref::sinkhorn_forward(z.data(), N, I, double(float(eps)));
+    const std::vector<double> grad_z = ref::sinkhorn_backward(f, grad.data());
+    for (int64_t e = 0; e < R; ++e) h64f[t * R + e] = float(f.H()[e]), grad_z64f[t * R + e] = float(grad_z[e]);
   }
-  std::vector<float> x_next64(S * K), grad_x_post64(S * K), grad_h_out64(S * D);
-  std::vector<double> x_next_magnitude(S * K, 0.0), grad_x_post_magnitude(S * K, 0.0), grad_h_out_magnitude(S * D, 0.0);
-  std::vector<double> grad_H64(S * R, 0.0), grad_H_magnitude(S * R, 0.0), grad_h_post64(S * N, 0.0),
-      grad_h_post_magnitude(S * N, 0.0);
+  std::vector<float> x_next64, grad_x_post64, grad_h_out64;
+  std::vector<double> x_next_magnitude, grad_x_post_magnitude, grad_h_out_magnitude, grad_H64, grad_H_magnitude,
+      grad_h_post64, grad_h_post_magnitude;
+  auto append = [](auto& to, const std::vector<double>& from) { to.insert(to.end(), from.begin(), from.end()); };
   const std::vector<float> h_out32 = widened(h_out.data() + first * D, S * D);
   const std::vector<float> g32 = widened(grad_x_next.data() + first * K, S * K);
   for (int64_t t = 0; t < S; ++t) {
-    const float* Ht = H.data() + (first + t) * R;
-    const float* hp = h_post.data() + (first + t) * N;
-    for (int64_t d = 0; d < D; ++d) {
-      const double ho = h_out32[t * D + d];
-      double gho = 0, gho_magnitude = 0;
-      for (int64_t j = 0; j < N; ++j) {
-        double out = hp[j] * ho, out_magnitude = std::abs(hp[j] * ho), gx = 0, gx_magnitude = 0;
-        for (int64_t i = 0; i < N; ++i) {
-          const double xi = x32[(t * N + i) * D + d];
-          out += Ht[i * N + j] * xi, out_magnitude += std::abs(Ht[i * N + j] * xi);  // H transposed
-          const double g = g32[(t * N + i) * D + d];
-          gx += Ht[j * N + i] * g, gx_magnitude += std::abs(Ht[j * N + i] * g);    // grad_x[j] = sum_i H[j, i] g[i]
-        }
-        x_next64[(t * N + j) * D + d] = float(out), x_next_magnitude[(t * N + j) * D + d] = out_magnitude;
-        grad_x_post64[(t * N + j) * D + d] = float(gx), grad_x_post_magnitude[(t * N + j) * D + d] = gx_magnitude;
-        const double g = g32[(t * N + j) * D + d];
-        gho += hp[j] * g, gho_magnitude += std::abs(hp[j] * g);
-        grad_h_post64[t * N + j] += ho * g, grad_h_post_magnitude[t * N + j] += std::abs(ho * g);
-        for (int64_t i = 0; i < N; ++i) {
-          const double xg = double(x32[(t * N + i) * D + d]) * g;
-          grad_H64[t * R + i * N + j] += xg, grad_H_magnitude[t * R + i * N + j] += std::abs(xg);
-        }
-      }
-      grad_h_out64[t * D + d] = float(gho), grad_h_out_magnitude[t * D + d] = gho_magnitude;
-    }
+    const std::vector<double> xt = token(x32, t, K), Ht = token(H, first + t, R), ho = token(h_out32, t, D),
+                              hp = token(h_post, first + t, N), g = token(g32, t, K);
+    const ref::PostToken64 operands{N, D, xt.data(), Ht.data(), ho.data(), hp.data()};
+    const ref::PostForward64 out = ref::post_forward(operands);
+    const ref::PostBackward64 grads = ref::post_backward(operands, g.data());
+    x_next64.insert(x_next64.end(), out.out.begin(), out.out.end());
+    append(x_next_magnitude, out.out_magnitude);
+    grad_x_post64.insert(grad_x_post64.end(), grads.grad_x.begin(), grads.grad_x.end());
+    append(grad_x_post_magnitude, grads.grad_x_magnitude);
+    grad_h_out64.insert(grad_h_out64.end(), grads.grad_h_out.begin(), grads.grad_h_out.end());
+    append(grad_h_out_magnitude, grads.grad_h_out_magnitude);
+    append(grad_H64, grads.grad_h_res), append(grad_H_magnitude, grads.grad_h_res_magnitude);
+    append(grad_h_post64, grads.grad_h_post), append(grad_h_post_magnitude, grads.grad_h_post_magnitude);
   }
 
   const Check checks[] = {
@@ -381,7 +334,7 @@ int main() {
       summed("grad_h_post", grad_h_post.data() + first * N, grad_h_post64, grad_h_post_magnitude, D)};
   bool all = true;
   std::printf("check on tokens %lld..%lld: MhcPre's outputs against the float64 reference family, the Sinkhorn's "
-              "and the post's against float64 loops from SPEC:\n", (long long)first, (long long)(first + S - 1));
+              "and the post's against their float64 references:\n", (long long)first, (long long)(first + S - 1));
   for (const Check& c : checks) {
     const std::string_view name = c.name;
     const bool is_rounded = name == "h_in" || name == "grad_x" || name == "x_next" || name == "grad_x_post" ||

@@ -1,8 +1,8 @@
-// MhcPost and MhcPostBackward (SPEC §11) against references, on every kernel family
-// this build and CPU run (Options::isa, in one process):
-//   - against float64 (layer_util.hpp) within the rounding bounds of SPEC's fp32
-//     order, and bitwise against an fp32 model of that order written here (signed
-//     zeros included); every family the same bits;
+// MhcPost and MhcPostBackward (SPEC §11) against references, through every face on
+// every kernel family this build and CPU run, in one process (driver/post.hpp):
+//   - against float64 (kernels/reference/post.hpp) within the rounding bounds of
+//     SPEC's fp32 order, and bitwise against an fp32 model of that order written
+//     here (signed zeros included); every face and family the same bits;
 //   - H enters transposed (a non-symmetric H that fails otherwise);
 //   - grad_x in fp32 and in x's dtype; grad_h_res given or not, with or without h_res.
 #include <gtest/gtest.h>
@@ -14,87 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "post_util.hpp"
+#include "driver/post.hpp"
 
 namespace mhc_test::layer {
 namespace {
-
-// ------------------------------------------------------------------ float64 bounds
-//
-// An fp32 chain of n roundings (a product and n − 1 sums, or the products of a
-// sum) is within γ_n = n u / (1 − n u) of the exact value relative to Σ|terms|;
-// the cast to a 16-bit dtype then adds half an ulp of that dtype at the result.
-// out: n = N + 1 (h_post·h_out, then N products added) or 2 without h_res;
-// grad_x: N products summed; grad_h_out: N; grad_h_res and grad_h_post: D.
-double gamma_n(int64_t n) { return double(n) * kU / (1.0 - double(n) * kU); }
-double half_ulp(DType t, double v) { return t == DType::fp32 ? 0.0 : 0.5 * ulp_of(t, v); }
-
-struct Worst {
-  std::map<std::string, double> over_bound, abs;
-  void note(const std::string& name, double err, double bound) {
-    over_bound[name] = std::max(over_bound[name], bound > 0 ? err / bound : (err > 0 ? INFINITY : 0.0));
-    abs[name] = std::max(abs[name], err);
-  }
-};
-
-void expect_within(Worst& w, const std::string& name, double got, double want, double mag, int64_t n, DType dtype,
-                   const std::string& where) {
-  const double fp32_err = gamma_n(n) * mag;
-  const double bound = fp32_err + half_ulp(dtype, std::max(std::fabs(got), std::fabs(want)) + fp32_err);
-  const double err = std::fabs(got - want);
-  w.note(name, err, bound);
-  ASSERT_LE(err, bound) << name << " " << where << ": " << got << " vs float64 " << want;
-}
-
-void check_against_float64(Bag& b, const PCase& c, Worst& w, const std::string& family) {
-  const int64_t N = c.N, D = c.D;
-  const std::vector<double> x = b["x"].values(), h_out = b["h_out"].values(), h_post = b["h_post"].values(),
-                            g = b["grad_out"].values();
-  const std::vector<double> H = c.h_res ? b["h_res"].values() : std::vector<double>();
-  const DType gx_dtype = b["grad_x"].dtype();
-  for (int64_t t = 0; t < c.T(); ++t) {
-    const double* xt = &x[size_t(t * N * D)];
-    const double* Ht = c.h_res ? &H[size_t(t * N * N)] : nullptr;
-    const double* ho = &h_out[size_t(t * D)];
-    const double* hp = &h_post[size_t(t * N)];
-    const double* gt = &g[size_t(t * N * D)];
-    const std::vector<double> out = post_forward64(xt, Ht, ho, hp, N, D);
-    const PostGrads64 r = post_backward64(gt, xt, Ht, ho, hp, N, D);
-    for (int64_t j = 0; j < N; ++j)
-      for (int64_t d = 0; d < D; ++d) {
-        const std::string where = family + " token " + std::to_string(t) + " (" + std::to_string(j) + "," + std::to_string(d) + ")";
-        double mag = std::fabs(hp[j] * ho[d]), gmag = 0;
-        if (Ht) {
-          for (int64_t i = 0; i < N; ++i) mag += std::fabs(Ht[i * N + j] * xt[i * D + d]);
-          for (int64_t k = 0; k < N; ++k) gmag += std::fabs(Ht[j * N + k] * gt[k * D + d]);
-        } else {
-          mag += std::fabs(xt[j * D + d]);
-          gmag = std::fabs(gt[j * D + d]);
-        }
-        expect_within(w, "out", b["out"].get((t * N + j) * D + d), out[size_t(j * D + d)], mag, Ht ? N + 1 : 2, c.dtype, where);
-        expect_within(w, "grad_x", b["grad_x"].get((t * N + j) * D + d), r.grad_x[size_t(j * D + d)], gmag, N, gx_dtype, where);
-      }
-    for (int64_t d = 0; d < D; ++d) {
-      double mag = 0;
-      for (int64_t j = 0; j < N; ++j) mag += std::fabs(hp[j] * gt[j * D + d]);
-      expect_within(w, "grad_h_out", b["grad_h_out"].get(t * D + d), r.grad_h_out[size_t(d)], mag, N, c.dtype,
-                    family + " token " + std::to_string(t) + " d " + std::to_string(d));
-    }
-    for (int64_t i = 0; i < N; ++i)
-      for (int64_t j = 0; j < N; ++j) {
-        double mag = 0;
-        for (int64_t d = 0; d < D; ++d) mag += std::fabs(xt[i * D + d] * gt[j * D + d]);
-        expect_within(w, "grad_h_res", b["grad_h_res"].get((t * N + i) * N + j), r.grad_h_res[size_t(i * N + j)], mag, D,
-                      DType::fp32, family + " token " + std::to_string(t));
-      }
-    for (int64_t j = 0; j < N; ++j) {
-      double mag = 0;
-      for (int64_t d = 0; d < D; ++d) mag += std::fabs(ho[d] * gt[j * D + d]);
-      expect_within(w, "grad_h_post", b["grad_h_post"].get(t * N + j), r.grad_h_post[size_t(j)], mag, D, DType::fp32,
-                    family + " token " + std::to_string(t));
-    }
-  }
-}
 
 // ------------------------------------------------------------------ SPEC's fp32 order, modelled here
 
@@ -155,26 +78,16 @@ void check_spec_order(Bag& b, const PCase& c, const std::string& family) {
   }
 }
 
+// The driver with SPEC's order checked bitwise on every run.
+struct PostDriverWithSpecOrder : driver::PostDriver {
+  void also_check(const PCase& c, driver::Face, Bag& b, const std::string& where) const { check_spec_order(b, c, where); }
+};
+
 class PostOracle : public ::testing::TestWithParam<PCase> {};
 
-TEST_P(PostOracle, WithinTheFp32BoundsOfFloat64AndBitwiseSpecOrderOnEveryFamily) {
-  const PCase c = GetParam();
-  Worst w;
-  const std::vector<mhc::Isa> families = available_families();
-  Bag want = run_both(c, options_for(families.back()));
-  for (mhc::Isa isa : families) {
-    SCOPED_TRACE(family_name(isa));
-    Bag b = run_both(c, options_for(isa));
-    check_against_float64(b, c, w, family_name(isa));
-    check_spec_order(b, c, family_name(isa));
-    for (const std::string& name : kOutputs)
-      EXPECT_EQ(b[name].raw(), want[name].raw()) << name << ": " << family_name(isa) << " vs reference";
-  }
-  std::string line;
-  char buf[96];
-  for (const auto& [name, v] : w.over_bound)
-    std::snprintf(buf, sizeof buf, " %s %.3g (abs %.3g)", name.c_str(), v, w.abs[name]), line += buf;
-  std::printf("[ measured ] %s:%s\n", c.name().c_str(), line.c_str());
+TEST_P(PostOracle, EveryFaceAndFamilyWithinTheFp32BoundsOfFloat64InSpecOrder) {
+  const driver::Report r = driver::check(PostDriverWithSpecOrder(), GetParam());
+  std::printf("[ measured ] %s: %s\n", GetParam().name().c_str(), r.line().c_str());
 }
 
 std::vector<PCase> oracle_cases() {

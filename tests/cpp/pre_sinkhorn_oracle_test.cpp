@@ -4,7 +4,7 @@
 //     caches, then pre_backward with the forward's h_post) on every family but the
 //     reference (whose MhcPre runs in float64, while the fused backward recomputes
 //     h_post in fp32 as the fp32 families' forward forms it);
-//   - against a float64 chain written from SPEC's formulas (layer_util.hpp).
+//   - against the float64 references' chain (kernels/reference: MhcPre, then the Sinkhorn).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/reference/reference.hpp"
+#include "kernels/reference/sinkhorn.hpp"
 #include "pre_sinkhorn_util.hpp"
 
 namespace mhc_test::layer {
@@ -98,30 +100,36 @@ TEST_P(FusedOracle, WithinTheBoundsOfAFloat64ChainOnEveryFamily) {
     const std::vector<double> x = b["x"].values(), phi = b["phi"].values(), alpha = b["alpha"].values(),
                               bias = b["bias"].values(), ghin = b["grad_h_in"].values(),
                               ghpost = b["grad_h_post"].values(), ghres = b["grad_h_res"].values();
-    std::map<std::string, std::vector<double>> want;
+    namespace ref = mhc::kernels::reference;
+    ref::ForwardInputs64 fin;
+    fin.dims = {.T = T, .N = N, .D = D, .K = K, .F = F, .R = NN};
+    fin.x = x, fin.phi = phi, fin.alpha = alpha, fin.bias = bias;
+    fin.norm_eps = c.norm_eps, fin.hc_eps = c.hc_eps;
+    const ref::ForwardOutputs64 pre = ref::forward(fin);
+    std::map<std::string, std::vector<double>> want = {{"h_in", pre.h_in},   {"h_post", pre.h_post},
+                                                       {"inv_rms", pre.inv_rms}, {"h_mix", pre.h_mix},
+                                                       {"h_pre", pre.h_pre}};
     std::vector<double> grad_z(size_t(T * NN));
     const double eps32 = double(float(c.hc_eps));
     for (int64_t t = 0; t < T; ++t) {
-      const Pre64 p = pre_forward64(&x[size_t(t * K)], phi.data(), alpha.data(), bias.data(), N, D, c.norm_eps, c.hc_eps);
-      const Sinkhorn64 s = sinkhorn_forward64(p.z_res.data(), N, c.I, eps32);
-      auto put = [&](const std::string& n, const std::vector<double>& v) { want[n].insert(want[n].end(), v.begin(), v.end()); };
-      put("h_in", p.h_in);
-      put("h_post", p.h_post);
-      put("h_res", s.H());
-      put("inv_rms", {p.r});
-      put("h_mix", p.m);
-      put("h_pre", p.h_pre);
-      const std::vector<double> gz = sinkhorn_backward64(s, &ghres[size_t(t * NN)]);
+      const ref::Sinkhorn64 s = ref::sinkhorn_forward(&pre.h_res[size_t(t * NN)], N, c.I, eps32);
+      want["h_res"].insert(want["h_res"].end(), s.H().begin(), s.H().end());
+      const std::vector<double> gz = ref::sinkhorn_backward(s, &ghres[size_t(t * NN)]);
       std::copy(gz.begin(), gz.end(), grad_z.begin() + t * NN);
     }
-    const PreGrads64 g = pre_backward64(T, N, D, x, phi, alpha, bias, ghin, ghpost, grad_z, c.norm_eps, c.hc_eps);
+    ref::BackwardInputs64 bin;
+    bin.dims = fin.dims;
+    bin.x = x, bin.phi = phi, bin.alpha = alpha;
+    bin.grad_h_in = ghin, bin.grad_h_post = ghpost, bin.grad_h_res = grad_z;
+    bin.inv_rms = pre.inv_rms, bin.h_mix = pre.h_mix, bin.h_pre = pre.h_pre, bin.h_post = pre.h_post;
+    bin.hc_eps = c.hc_eps;
+    const ref::BackwardOutputs64 g = ref::backward(bin);
     want["grad_x"] = g.grad_x, want["grad_phi"] = g.grad_phi, want["grad_alpha"] = g.grad_alpha, want["grad_bias"] = g.grad_bias;
     for (const auto& [name, w] : want) {
       const double err = normwise_relative_error(b[name].values(), w);
       worst[name] = std::max(worst[name], err);
       EXPECT_LE(err, bound_for(name, c.dtype)) << name;
     }
-    (void)F;
   }
   std::string line;
   char buf[64];

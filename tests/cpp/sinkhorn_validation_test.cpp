@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/reference/sinkhorn.hpp"
 #include "sinkhorn_util.hpp"
 
 namespace mhc_test::layer {
@@ -92,7 +93,7 @@ TEST(SinkhornEdges, NonFiniteLogitsStayInTheirToken) {
     // +Inf among a row's logits: exp(Inf − Inf) is NaN in IEEE, so that row's softmax
     // (and then every entry of the token) is NaN, as in float64.
     const std::vector<double> z = b["z"].values();
-    const Sinkhorn64 f = sinkhorn_forward64(&z[9 * 16], 4, 20, double(float(1e-6)));
+    const auto f = mhc::kernels::reference::sinkhorn_forward(&z[9 * 16], 4, 20, double(float(1e-6)));
     for (int64_t e = 0; e < 16; ++e)
       EXPECT_EQ(std::isnan(b["h_res"].get(9 * 16 + e)), std::isnan(f.H()[size_t(e)])) << "token 9 entry " << e;
   }

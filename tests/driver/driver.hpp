@@ -1,0 +1,198 @@
+// The test driver of an operator (benchdnn's model): a problem makes its tensors,
+// the float64 reference is computed once, and the operator runs through each face
+// (the C++ API, the C ABI, the aclnn API) on each kernel family in one process;
+// every run is held to the reference's bounds and to the others' bits.
+//
+// An operator's driver (tests/driver/<operator>.hpp) is a class with
+//   Bag make(const Problem&) const;                  inputs drawn, outputs filled with kOutputFill
+//   Expectations reference(const Problem&, Bag&) const;   float64, from make()'s inputs
+//   std::vector<Face> faces(const Problem&) const;   the faces that accept the problem
+//   mhc::Status run(Face, const Problem&, Bag&, const mhc::Options&) const;   every call of the operator
+//   std::vector<std::string> outputs(const Problem&, Face) const;   what a face writes: compared
+//                                                    to the reference and bitwise between runs
+//   static constexpr bool kSameBitsOnEveryFamily;    SPEC fixes the bits (else: across faces only)
+// and optionally
+//   void also_check(const Problem&, Face, Bag&, const std::string& where) const;   its own checks of a run
+// The gtest suites instantiate check() over their problem lists.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "acl/acl.h"
+#include "common/described_call.hpp"
+#include "cpp/layer_util.hpp"
+
+namespace mhc_test::driver {
+
+using layer::Bag;
+
+enum class Face { cpp, c, aclnn };
+inline const char* face_name(Face f) { return f == Face::cpp ? "C++" : f == Face::c ? "C" : "aclnn"; }
+
+// What one output must be. Elementwise when `bound` is set: |got[i] − want[i]| <=
+// bound(i, got[i]); otherwise normwise: ||got − want|| / ||want|| <= normwise over
+// each run of `group` elements (0: the whole tensor), normwise[k] being run k's bound.
+struct Expectation {
+  std::vector<double> want;
+  std::function<double(size_t, double)> bound;
+  std::vector<double> normwise;
+  int64_t group = 0;
+};
+using Expectations = std::map<std::string, Expectation>;
+
+// The worst error / bound of each output over every run.
+struct Report {
+  std::map<std::string, double> worst;
+  std::vector<std::string> runs;  // "family through face", in order
+  std::string line() const {
+    std::string s = std::to_string(runs.size()) + " runs; error / bound:";
+    char buf[96];
+    for (const auto& [name, w] : worst) std::snprintf(buf, sizeof buf, " %s %.3g", name.c_str(), w), s += buf;
+    return s;
+  }
+};
+
+// ---------------------------------------------------------------- the faces' plumbing
+
+// The C face: the operator's C function called by its description's argument names;
+// `tensor_of` maps an argument name to a bag entry ("" or absent entry: NULL).
+inline mhc::Status call_c(std::string_view op, Bag& b, const std::function<std::string(std::string_view)>& tensor_of,
+                          const std::map<std::string, double>& reals, const std::map<std::string, int64_t>& ints,
+                          const mhc::Options& options) {
+  std::map<std::string, mhc_tensor> held;
+  auto at = [&](const char* name) -> const mhc_tensor* {
+    const std::string entry = tensor_of(name);
+    if (entry.empty() || !b.t.count(entry) || !b[entry].present()) return nullptr;
+    return &(held[name] = to_c(b[entry].view()));
+  };
+  auto real = [&](const char* name) { return reals.at(name); };
+  auto integer = [&](const char* name) { return ints.at(name); };
+  const mhc_options o = to_c(options);
+  bool required_null = false;
+  const int code = call_described(op, at, real, integer, &o, &required_null);
+  if (code == 0) return mhc::Status();
+  return mhc::Status(static_cast<mhc::StatusCode>(code), mhc::ErrorKind(mhc_last_error_kind()), mhc_last_error());
+}
+
+// The aclnn face: aclTensors over bag entries, both phases, the tensors freed.
+class AclTensors {
+ public:
+  AclTensors() = default;
+  AclTensors(const AclTensors&) = delete;
+  AclTensors& operator=(const AclTensors&) = delete;
+  ~AclTensors() {
+    for (aclTensor* t : made_) (void)aclDestroyTensor(t);
+  }
+  // nullptr for an absent entry.
+  aclTensor* operator()(Bag& b, const std::string& entry) {
+    if (!b.t.count(entry) || !b[entry].present()) return nullptr;
+    Tensor& t = b[entry];
+    const Shape storage = {int64_t(t.buffer.elements())};
+    aclTensor* made = aclCreateTensor(t.shape.data(), t.shape.size(), acl_dtype(t.dtype()), t.strides.data(),
+                                      t.offset, ACL_FORMAT_ND, storage.data(), 1, t.buffer.bytes());
+    made_.push_back(made);
+    return made;
+  }
+
+ private:
+  static aclDataType acl_dtype(DType d) {
+    return d == DType::fp32 ? ACL_FLOAT : d == DType::fp16 ? ACL_FLOAT16 : ACL_BF16;
+  }
+  std::vector<aclTensor*> made_;
+};
+
+// Runs phase one's result: the workspace allocated, phase two called.
+template <class Phase2>
+mhc::Status run_aclnn(const char* op, aclnnStatus first, uint64_t workspace_bytes, aclOpExecutor* executor,
+                      Phase2 second) {
+  if (first != ACLNN_SUCCESS)
+    return mhc::Status(mhc::StatusCode::invalid_argument, mhc::ErrorKind::none,
+                       std::string(op) + " phase one: " + aclGetRecentErrMsg());
+  std::vector<uint8_t> workspace(size_t(workspace_bytes) + 64);
+  void* aligned = workspace.data() + (64 - reinterpret_cast<uintptr_t>(workspace.data()) % 64) % 64;
+  const aclnnStatus s = second(workspace_bytes ? aligned : nullptr, workspace_bytes, executor, nullptr);
+  if (s != ACLNN_SUCCESS)
+    return mhc::Status(mhc::StatusCode::invalid_argument, mhc::ErrorKind::none,
+                       std::string(op) + " phase two: " + aclGetRecentErrMsg());
+  return mhc::Status();
+}
+
+// ---------------------------------------------------------------- the comparison
+
+// One run's output against its expectation; failures name the run and the element.
+inline void compare(const std::string& name, const Tensor& got, const Expectation& e, const std::string& where,
+                    Report& report) {
+  ASSERT_EQ(size_t(got.numel()), e.want.size()) << where << " " << name;
+  double& worst = report.worst[name];
+  if (e.bound) {
+    int failures = 0;
+    for (size_t i = 0; i < e.want.size(); ++i) {
+      const double g = got.get(int64_t(i)), err = std::fabs(g - e.want[i]), bound = e.bound(i, g);
+      worst = std::max(worst, bound > 0 ? err / bound : (err > 0 ? INFINITY : 0.0));
+      if (!(err <= bound) && ++failures <= 3)
+        ADD_FAILURE() << where << " " << name << "[" << i << "]: " << g << " vs float64 " << e.want[i] << ", error "
+                      << err << " > bound " << bound;
+    }
+    EXPECT_EQ(failures, 0) << where << " " << name << ": elements out of bounds";
+    return;
+  }
+  const std::vector<double> all = got.values();
+  const size_t group = e.group > 0 ? size_t(e.group) : e.want.size();
+  for (size_t start = 0; start < e.want.size(); start += group) {
+    const std::vector<double> g(all.begin() + start, all.begin() + start + group),
+        w(e.want.begin() + start, e.want.begin() + start + group);
+    const double err = normwise_relative_error(g, w), bound = e.normwise.at(start / group);
+    worst = std::max(worst, err / bound);
+    EXPECT_LE(err, bound) << where << " " << name << " elements " << start << ".." << start + group - 1
+                               << ": normwise relative error";
+  }
+}
+
+// The problem through every face on every family this build and CPU run. aclnn
+// takes no options: it runs the default family (MHC_ISA or the best), once.
+template <class Driver, class Problem>
+Report check(const Driver& driver, const Problem& p) {
+  Report report;
+  Bag inputs = driver.make(p);
+  const Expectations expected = driver.reference(p, inputs);
+  mhc::Isa default_family = mhc::Isa::reference;
+  EXPECT_TRUE(mhc::isa_from_name(mhc::isa(), &default_family)) << mhc::isa();
+  std::map<std::string, std::vector<uint32_t>> first_bits;
+  std::string first_where;
+  for (mhc::Isa isa : available_families()) {
+    std::map<std::string, std::vector<uint32_t>> family_bits;
+    std::string family_where;
+    for (Face face : driver.faces(p)) {
+      if (face == Face::aclnn && isa != default_family) continue;
+      const std::string where = std::string(mhc::isa_name(isa)) + " through " + face_name(face);
+      report.runs.push_back(where);
+      Bag b = driver.make(p);
+      const mhc::Status s = driver.run(face, p, b, layer::options_for(isa));
+      EXPECT_TRUE(s.ok()) << where << ": " << s.message();
+      if (!s.ok()) continue;
+      if constexpr (requires { driver.also_check(p, face, b, where); }) driver.also_check(p, face, b, where);
+      auto& baseline = (Driver::kSameBitsOnEveryFamily ? first_bits : family_bits);
+      std::string& baseline_where = (Driver::kSameBitsOnEveryFamily ? first_where : family_where);
+      for (const std::string& name : driver.outputs(p, face)) {
+        if (expected.count(name)) compare(name, b[name], expected.at(name), where, report);
+        if (!baseline.count(name)) {
+          baseline[name] = b[name].raw();
+          baseline_where = where;
+        } else {
+          EXPECT_TRUE(baseline[name] == b[name].raw()) << name << ": " << where << " != " << baseline_where;
+        }
+      }
+    }
+  }
+  return report;
+}
+
+}  // namespace mhc_test::driver

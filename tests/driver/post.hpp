@@ -1,0 +1,103 @@
+// The test driver of MhcPost and MhcPostBackward (SPEC §11): both directions of a
+// PCase (cpp/post_util.hpp) through the C++, C and aclnn faces, held to the float64
+// reference (kernels/reference/post.hpp) within the rounding of SPEC's fp32 order.
+#pragma once
+
+#include <memory>
+
+#include "aclnnop/aclnn_mhc_post.h"
+#include "aclnnop/aclnn_mhc_post_backward.h"
+#include "cpp/post_util.hpp"
+#include "driver/driver.hpp"
+#include "kernels/reference/post.hpp"
+
+namespace mhc_test::driver {
+
+class PostDriver {
+ public:
+  using Problem = layer::PCase;
+  static constexpr bool kSameBitsOnEveryFamily = true;  // SPEC §11 fixes the order
+
+  Bag make(const Problem& c) const { return layer::make_bag(c); }
+  std::vector<std::string> outputs(const Problem&, Face) const { return layer::kOutputs; }
+  std::vector<Face> faces(const Problem& c) const {
+    // aclnn takes bf16 / fp16 x, and gradX in x's dtype.
+    if (c.dtype == DType::fp32 || c.grad_x_fp32) return {Face::cpp, Face::c};
+    return {Face::cpp, Face::c, Face::aclnn};
+  }
+
+  // A chain of n fp32 roundings (a product and n − 1 sums) is within
+  // γ_n = n u / (1 − n u) of the exact value relative to Σ|terms|; the cast to a
+  // 16-bit dtype adds half an ulp of that dtype at the result. out: n = N + 1 (or 2
+  // for the identity); grad_x and grad_h_out: N; grad_h_res and grad_h_post: D.
+  Expectations reference(const Problem& c, Bag& b) const {
+    const int64_t N = c.N, D = c.D, T = c.T();
+    const std::vector<double> x = b["x"].values(), h_out = b["h_out"].values(), h_post = b["h_post"].values(),
+                              g = b["grad_out"].values();
+    const std::vector<double> H = c.h_res ? b["h_res"].values() : std::vector<double>();
+    struct Out {
+      std::vector<double> want, magnitude;
+    };
+    std::map<std::string, Out> all;
+    auto put = [&](const char* name, const std::vector<double>& v, const std::vector<double>& m) {
+      all[name].want.insert(all[name].want.end(), v.begin(), v.end());
+      all[name].magnitude.insert(all[name].magnitude.end(), m.begin(), m.end());
+    };
+    for (int64_t t = 0; t < T; ++t) {
+      const mhc::kernels::reference::PostToken64 token{N, D, &x[size_t(t * N * D)],
+                                                       c.h_res ? &H[size_t(t * N * N)] : nullptr,
+                                                       &h_out[size_t(t * D)], &h_post[size_t(t * N)]};
+      const auto f = mhc::kernels::reference::post_forward(token);
+      const auto r = mhc::kernels::reference::post_backward(token, &g[size_t(t * N * D)]);
+      put("out", f.out, f.out_magnitude);
+      put("grad_x", r.grad_x, r.grad_x_magnitude);
+      put("grad_h_res", r.grad_h_res, r.grad_h_res_magnitude);
+      put("grad_h_out", r.grad_h_out, r.grad_h_out_magnitude);
+      put("grad_h_post", r.grad_h_post, r.grad_h_post_magnitude);
+    }
+    const std::map<std::string, std::pair<int64_t, DType>> rounding = {
+        {"out", {c.h_res ? N + 1 : 2, c.dtype}},
+        {"grad_x", {N, b["grad_x"].dtype()}},
+        {"grad_h_out", {N, c.dtype}},
+        {"grad_h_res", {D, DType::fp32}},
+        {"grad_h_post", {D, DType::fp32}}};
+    Expectations e;
+    for (auto& [name, out] : all) {
+      const auto [n, dtype] = rounding.at(name);
+      const double gamma_n = double(n) * layer::kU / (1.0 - double(n) * layer::kU);
+      auto magnitude = std::make_shared<const std::vector<double>>(std::move(out.magnitude));
+      auto want = std::make_shared<const std::vector<double>>(out.want);
+      e[name].want = std::move(out.want);
+      e[name].bound = [=](size_t i, double got) {
+        const double fp32_err = gamma_n * (*magnitude)[i];
+        const double at = std::max(std::fabs(got), std::fabs((*want)[i])) + fp32_err;
+        return fp32_err + (dtype == DType::fp32 ? 0.0 : 0.5 * ulp_of(dtype, at));
+      };
+    }
+    return e;
+  }
+
+  mhc::Status run(Face face, const Problem&, Bag& b, const mhc::Options& o) const {
+    if (face == Face::cpp) {
+      if (mhc::Status s = layer::forward(b, o); !s.ok()) return s;
+      return layer::backward(b, o);
+    }
+    if (face == Face::c) {
+      auto same = [](std::string_view name) { return std::string(name); };
+      if (mhc::Status s = call_c("post_forward", b, same, {}, {}, o); !s.ok()) return s;
+      return call_c("post_backward", b, same, {}, {}, o);
+    }
+    AclTensors acl;
+    uint64_t bytes = 0;
+    aclOpExecutor* executor = nullptr;
+    aclnnStatus first = aclnnMhcPostGetWorkspaceSize(acl(b, "x"), acl(b, "h_res"), acl(b, "h_out"),
+                                                     acl(b, "h_post"), acl(b, "out"), &bytes, &executor);
+    if (mhc::Status s = run_aclnn("aclnnMhcPost", first, bytes, executor, aclnnMhcPost); !s.ok()) return s;
+    first = aclnnMhcPostBackwardGetWorkspaceSize(acl(b, "grad_out"), acl(b, "x"), acl(b, "h_res"), acl(b, "h_out"),
+                                                 acl(b, "h_post"), acl(b, "grad_x"), acl(b, "grad_h_res"),
+                                                 acl(b, "grad_h_out"), acl(b, "grad_h_post"), &bytes, &executor);
+    return run_aclnn("aclnnMhcPostBackward", first, bytes, executor, aclnnMhcPostBackward);
+  }
+};
+
+}  // namespace mhc_test::driver

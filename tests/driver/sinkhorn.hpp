@@ -1,0 +1,155 @@
+// The test driver of MhcSinkhorn and MhcSinkhornBackward (SPEC §10): an SCase
+// (cpp/sinkhorn_util.hpp) forward (with its caches when it has them), backward from
+// the caches and from z, through the C++, C and aclnn faces, held to the float64
+// reference (kernels/reference/sinkhorn.hpp) within the bounds below.
+#pragma once
+
+#include <algorithm>
+#include <memory>
+
+#include "aclnnop/aclnn_mhc_sinkhorn.h"
+#include "aclnnop/aclnn_mhc_sinkhorn_backward.h"
+#include "cpp/sinkhorn_util.hpp"
+#include "driver/driver.hpp"
+#include "kernels/reference/sinkhorn.hpp"
+
+namespace mhc_test::driver {
+
+// Forward. Every step is a sum of N positive terms and a division (or, step 0,
+// exp of z − max and a division): each rounds an entry by at most (N + 1) u
+// relative (exp_f32: 2 ulp, plus |z − max| u from rounding its argument). In log
+// space those relative errors add, and a normalisation only shifts a row or a
+// column by its mean error, so they grow at most linearly in the 2I steps:
+// |H − H64| <= (2I (N + 2) + 2 + |z − max|) u · H64, elementwise, times a safety
+// factor of 2 (the measured worst is ~0.17 of the bound).
+inline double sinkhorn_h_bound(const layer::SCase& c, double spread) {
+  return 2.0 * (2.0 * double(c.I) * double(c.N + 2) + 2.0 + spread) * layer::kU;
+}
+// Backward. Each of the 2I reverse steps forms d = Σ G·Y (N products and sums)
+// and (G − d)/s: its error relative to ||G|| is about (N + 2) u amplified by the
+// step's norm (<= 2 for a doubly stochastic Y with s ~ 1), and the errors of the
+// forward's Y and s enter the same way. Tokenwise normwise bound:
+// ||g − g64|| / ||g64|| <= 8 · 2I (N + 2) u · (1 + spread); the measured worst
+// (N = 2, I = 1) is ~0.2 of it, most cases below 0.01.
+inline double sinkhorn_grad_bound(const layer::SCase& c, double spread) {
+  return 8.0 * 2.0 * double(c.I) * double(c.N + 2) * (1.0 + spread) * layer::kU;
+}
+// The largest spread of logits within a row of one token's z [N][N].
+inline double row_spread(const double* z, int64_t N) {
+  double spread = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    const auto [lo, hi] = std::minmax_element(z + i * N, z + (i + 1) * N);
+    spread = std::max(spread, *hi - *lo);
+  }
+  return spread;
+}
+
+class SinkhornDriver {
+ public:
+  using Problem = layer::SCase;
+  static constexpr bool kSameBitsOnEveryFamily = true;  // SPEC §10 fixes the steps
+
+  Bag make(const Problem& c) const { return layer::make_bag(c); }
+  std::vector<Face> faces(const Problem& c) const {
+    // aclnn's caches have the pitch 8·ceil(N/8) and its backward reads them only.
+    if (c.pitch == 8 * ((c.N + 7) / 8)) return {Face::cpp, Face::c, Face::aclnn};
+    return {Face::cpp, Face::c};
+  }
+  std::vector<std::string> outputs(const Problem& c, Face face) const {
+    if (face == Face::aclnn) return {"h_res", "norm_out", "sum_out", "grad_z"};
+    return layer::outputs_of(c);
+  }
+
+  // H and both caches elementwise (the caches' padding exactly 0), grad_z normwise
+  // per token, from the caches and from z alike.
+  Expectations reference(const Problem& c, Bag& b) const {
+    const int64_t N = c.N, NN = N * N, T = c.T(), steps = 2 * c.I, P = c.pitch;
+    const std::vector<double> z = b["z"].values(), G = b["grad_h_res"].values();
+    const double eps = double(float(c.eps));
+    Expectations e;
+    std::vector<double> h_bound(size_t(T * NN)), norm_bound(size_t(steps * T * N * P)), sum_bound(size_t(steps * T * P));
+    e["h_res"].want.resize(size_t(T * NN));
+    e["norm_out"].want.assign(norm_bound.size(), 0.0);
+    e["sum_out"].want.assign(sum_bound.size(), 0.0);
+    std::vector<double> grad, grad_bounds;
+    for (int64_t t = 0; t < T; ++t) {
+      const auto f = mhc::kernels::reference::sinkhorn_forward(&z[size_t(t * NN)], N, c.I, eps);
+      const double spread = row_spread(&z[size_t(t * NN)], N), hb = sinkhorn_h_bound(c, spread);
+      for (int64_t i = 0; i < NN; ++i) {
+        e["h_res"].want[size_t(t * NN + i)] = f.H()[size_t(i)];
+        h_bound[size_t(t * NN + i)] = hb * f.H()[size_t(i)];
+      }
+      for (int64_t k = 0; k < steps && P > 0; ++k)
+        for (int64_t i = 0; i < N; ++i) {
+          for (int64_t j = 0; j < N; ++j) {
+            const size_t at = size_t(((k * T + t) * N + i) * P + j);
+            e["norm_out"].want[at] = f.P[size_t(k)][size_t(i * N + j)];
+            norm_bound[at] = hb * e["norm_out"].want[at];
+          }
+          const size_t at = size_t((k * T + t) * P + i);
+          e["sum_out"].want[at] = f.div[size_t(k)][size_t(i)];
+          sum_bound[at] = hb * e["sum_out"].want[at];
+        }
+      const std::vector<double> gz = mhc::kernels::reference::sinkhorn_backward(f, &G[size_t(t * NN)]);
+      grad.insert(grad.end(), gz.begin(), gz.end());
+      grad_bounds.push_back(sinkhorn_grad_bound(c, spread));
+    }
+    auto elementwise = [](std::vector<double> bounds) {
+      auto held = std::make_shared<const std::vector<double>>(std::move(bounds));
+      return [held](size_t i, double) { return (*held)[i]; };
+    };
+    e["h_res"].bound = elementwise(std::move(h_bound));
+    e["norm_out"].bound = elementwise(std::move(norm_bound));
+    e["sum_out"].bound = elementwise(std::move(sum_bound));
+    for (const char* name : {"grad_z", "grad_z_from_z"}) {
+      e[name].want = grad;
+      e[name].normwise = grad_bounds;
+      e[name].group = NN;
+    }
+    return e;
+  }
+
+  // SPEC §10: the backward from the caches is the backward from z, bitwise.
+  void also_check(const Problem& c, Face face, Bag& b, const std::string& where) const {
+    if (c.pitch > 0 && face != Face::aclnn) {
+      EXPECT_EQ(b["grad_z"].raw(), b["grad_z_from_z"].raw()) << where;
+    }
+  }
+
+  mhc::Status run(Face face, const Problem& c, Bag& b, const mhc::Options& o) const {
+    const bool caches = c.pitch > 0;
+    if (face == Face::cpp) {
+      if (mhc::Status s = layer::forward(b, c, o); !s.ok()) return s;
+      if (caches)
+        if (mhc::Status s = layer::backward_from_caches(b, o); !s.ok()) return s;
+      return layer::backward_from_z(b, c, o);
+    }
+    if (face == Face::c) {
+      const std::map<std::string, double> eps = {{"eps", c.eps}};
+      const std::map<std::string, int64_t> iters = {{"num_iters", c.I}};
+      auto same = [](std::string_view name) { return std::string(name); };
+      if (mhc::Status s = call_c("sinkhorn_forward", b, same, eps, iters, o); !s.ok()) return s;
+      if (caches) {
+        auto from_caches = [](std::string_view name) { return name == "z" ? std::string() : std::string(name); };
+        if (mhc::Status s = call_c("sinkhorn_backward", b, from_caches, eps, iters, o); !s.ok()) return s;
+      }
+      auto from_z = [](std::string_view name) {
+        return name == "norm_out" || name == "sum_out" ? std::string()
+               : name == "grad_z"                      ? std::string("grad_z_from_z")
+                                                       : std::string(name);
+      };
+      return call_c("sinkhorn_backward", b, from_z, eps, iters, o);
+    }
+    AclTensors acl;
+    uint64_t bytes = 0;
+    aclOpExecutor* executor = nullptr;
+    aclnnStatus first = aclnnMhcSinkhornGetWorkspaceSize(acl(b, "z"), float(c.eps), c.I, acl(b, "h_res"),
+                                                         acl(b, "norm_out"), acl(b, "sum_out"), &bytes, &executor);
+    if (mhc::Status s = run_aclnn("aclnnMhcSinkhorn", first, bytes, executor, aclnnMhcSinkhorn); !s.ok()) return s;
+    first = aclnnMhcSinkhornBackwardGetWorkspaceSize(acl(b, "grad_h_res"), acl(b, "norm_out"), acl(b, "sum_out"),
+                                                     acl(b, "grad_z"), &bytes, &executor);
+    return run_aclnn("aclnnMhcSinkhornBackward", first, bytes, executor, aclnnMhcSinkhornBackward);
+  }
+};
+
+}  // namespace mhc_test::driver
