@@ -91,13 +91,16 @@ class AclTensors {
   ~AclTensors() {
     for (aclTensor* t : made_) (void)aclDestroyTensor(t);
   }
-  // nullptr for an absent entry.
-  aclTensor* operator()(Bag& b, const std::string& entry) {
+  // nullptr for an absent entry. `trailing_one`: the entry with a last dim of 1
+  // added (CANN's [.., 1] for a per-token scalar).
+  aclTensor* operator()(Bag& b, const std::string& entry, bool trailing_one = false) {
     if (!b.t.count(entry) || !b[entry].present()) return nullptr;
     Tensor& t = b[entry];
+    Shape shape = t.shape, strides = t.strides;
+    if (trailing_one) shape.push_back(1), strides.push_back(1);
     const Shape storage = {int64_t(t.buffer.elements())};
-    aclTensor* made = aclCreateTensor(t.shape.data(), t.shape.size(), acl_dtype(t.dtype()), t.strides.data(),
-                                      t.offset, ACL_FORMAT_ND, storage.data(), 1, t.buffer.bytes());
+    aclTensor* made = aclCreateTensor(shape.data(), shape.size(), acl_dtype(t.dtype()), strides.data(), t.offset,
+                                      ACL_FORMAT_ND, storage.data(), 1, t.buffer.bytes());
     made_.push_back(made);
     return made;
   }
