@@ -14,7 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "driver/pre_sinkhorn.hpp"
+#include "driver_check.hpp"
+#include "pre_sinkhorn_util.hpp"
 
 namespace mhc_test::layer {
 namespace {
@@ -76,8 +77,7 @@ TEST_P(FusedPair, BitwiseEqualsTheUnfusedChainOnEveryFamilyButTheReference) {
 class FusedOracle : public ::testing::TestWithParam<FCase> {};
 
 TEST_P(FusedOracle, EveryFaceAndFamilyWithinTheBoundsOfTheFloat64Chain) {
-  const driver::Report r = driver::check(driver::PreSinkhornDriver(), GetParam());
-  std::printf("[ measured ] %s: %s\n", GetParam().name().c_str(), r.line().c_str());
+  expect_driver_passes(driver::PreSinkhornDriver(), GetParam(), GetParam().name());
 }
 
 std::vector<FCase> pair_cases() {

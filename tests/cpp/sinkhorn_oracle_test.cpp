@@ -13,7 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "driver/sinkhorn.hpp"
+#include "driver_check.hpp"
+#include "sinkhorn_util.hpp"
 
 namespace mhc_test::layer {
 namespace {
@@ -23,8 +24,7 @@ namespace {
 class SinkhornOracle : public ::testing::TestWithParam<SCase> {};
 
 TEST_P(SinkhornOracle, EveryFaceAndFamilyWithinTheBoundsOfFloat64AndTheSameBits) {
-  const driver::Report r = driver::check(driver::SinkhornDriver(), GetParam());
-  std::printf("[ measured ] %s: %s\n", GetParam().name().c_str(), r.line().c_str());
+  expect_driver_passes(driver::SinkhornDriver(), GetParam(), GetParam().name());
 }
 
 std::vector<SCase> oracle_cases() {

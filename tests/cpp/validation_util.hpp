@@ -82,15 +82,6 @@ inline std::unique_ptr<Call> make_call(const Config& c, Op op) {
   return k;
 }
 
-inline mhc_tensor to_c(const TensorView& v) {
-  mhc_tensor t{};
-  t.data = v.data;
-  t.dtype = static_cast<int32_t>(v.dtype);
-  t.rank = v.rank;
-  for (int i = 0; i < MHC_MAX_RANK; ++i) { t.shape[i] = v.shape[i]; t.strides[i] = v.strides[i]; }
-  return t;
-}
-
 // Storage for the C API's optional pointers.
 struct OptionalC {
   mhc_tensor t{};
@@ -100,15 +91,6 @@ struct OptionalC {
   }
 };
 
-inline mhc_options to_c(const mhc::Options& o) {
-  mhc_options c = mhc_default_options();
-  c.norm_eps = o.norm_eps;
-  c.hc_eps = o.hc_eps;
-  c.num_threads = o.num_threads;
-  c.isa = int32_t(o.isa);
-  c.matmul_precision = int32_t(o.matmul_precision);
-  return c;
-}
 
 inline int Call::run_c(Op op) const {
   const mhc_options opt = to_c(o.options);

@@ -12,14 +12,16 @@
 //                                                    to the reference and bitwise between runs
 //   static constexpr bool kSameBitsOnEveryFamily;    SPEC fixes the bits (else: across faces only)
 // and optionally
-//   void also_check(const Problem&, Face, Bag&, const std::string& where) const;   its own checks of a run
-// The gtest suites instantiate check() over their problem lists.
+//   void also_check(const Problem&, Face, Bag&, const std::string& where, Report&) const;
+//                                                    its own checks of a run
+// check() returns a Report (the worst error / bound of each output, the runs, the
+// failures): the gtest suites expect it passed over their problem lists
+// (cpp/driver_check.hpp), mhc-bench --check prints it for its shapes.
 #pragma once
-
-#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <string>
@@ -28,11 +30,10 @@
 
 #include "acl/acl.h"
 #include "common/described_call.hpp"
-#include "cpp/layer_util.hpp"
+#include "common/host_tensor.hpp"
 
 namespace mhc_test::driver {
 
-using layer::Bag;
 
 enum class Face { cpp, c, aclnn };
 inline const char* face_name(Face f) { return f == Face::cpp ? "C++" : f == Face::c ? "C" : "aclnn"; }
@@ -48,10 +49,13 @@ struct Expectation {
 };
 using Expectations = std::map<std::string, Expectation>;
 
-// The worst error / bound of each output over every run.
+// The worst error / bound of each output over every run, and what failed.
 struct Report {
   std::map<std::string, double> worst;
-  std::vector<std::string> runs;  // "family through face", in order
+  std::vector<std::string> runs;      // "family through face", in order
+  std::vector<std::string> failures;  // empty: the problem passed
+  void fail(std::string what) { failures.push_back(std::move(what)); }
+  bool passed() const { return failures.empty(); }
   std::string line() const {
     std::string s = std::to_string(runs.size()) + " runs; error / bound:";
     char buf[96];
@@ -130,21 +134,29 @@ mhc::Status run_aclnn(const char* op, aclnnStatus first, uint64_t workspace_byte
 
 // ---------------------------------------------------------------- the comparison
 
-// One run's output against its expectation; failures name the run and the element.
+// One run's output against its expectation; failures name the run and the element
+// (the first few of a tensor).
 inline void compare(const std::string& name, const Tensor& got, const Expectation& e, const std::string& where,
                     Report& report) {
-  ASSERT_EQ(size_t(got.numel()), e.want.size()) << where << " " << name;
+  if (size_t(got.numel()) != e.want.size()) {
+    report.fail(where + " " + name + ": " + std::to_string(got.numel()) + " elements, the reference has " +
+                std::to_string(e.want.size()));
+    return;
+  }
   double& worst = report.worst[name];
+  char line[256];
   if (e.bound) {
     int failures = 0;
     for (size_t i = 0; i < e.want.size(); ++i) {
       const double g = got.get(int64_t(i)), err = std::fabs(g - e.want[i]), bound = e.bound(i, g);
       worst = std::max(worst, bound > 0 ? err / bound : (err > 0 ? INFINITY : 0.0));
-      if (!(err <= bound) && ++failures <= 3)
-        ADD_FAILURE() << where << " " << name << "[" << i << "]: " << g << " vs float64 " << e.want[i] << ", error "
-                      << err << " > bound " << bound;
+      if (!(err <= bound) && ++failures <= 3) {
+        std::snprintf(line, sizeof line, "[%zu]: %.17g vs float64 %.17g, error %.3g > bound %.3g", i, g, e.want[i],
+                      err, bound);
+        report.fail(where + " " + name + line);
+      }
     }
-    EXPECT_EQ(failures, 0) << where << " " << name << ": elements out of bounds";
+    if (failures > 3) report.fail(where + " " + name + ": " + std::to_string(failures) + " elements out of bounds");
     return;
   }
   const std::vector<double> all = got.values();
@@ -154,8 +166,11 @@ inline void compare(const std::string& name, const Tensor& got, const Expectatio
         w(e.want.begin() + start, e.want.begin() + start + group);
     const double err = normwise_relative_error(g, w), bound = e.normwise.at(start / group);
     worst = std::max(worst, err / bound);
-    EXPECT_LE(err, bound) << where << " " << name << " elements " << start << ".." << start + group - 1
-                               << ": normwise relative error";
+    if (!(err <= bound)) {
+      std::snprintf(line, sizeof line, " elements %zu..%zu: normwise relative error %.3g > %.3g", start,
+                    start + group - 1, err, bound);
+      report.fail(where + " " + name + line);
+    }
   }
 }
 
@@ -167,10 +182,10 @@ Report check(const Driver& driver, const Problem& p) {
   Bag inputs = driver.make(p);
   const Expectations expected = driver.reference(p, inputs);
   mhc::Isa default_family = mhc::Isa::reference;
-  EXPECT_TRUE(mhc::isa_from_name(mhc::isa(), &default_family)) << mhc::isa();
+  if (!mhc::isa_from_name(mhc::isa(), &default_family)) report.fail(std::string("unknown family ") + mhc::isa());
   std::map<std::string, std::vector<uint32_t>> first_bits;
   std::string first_where;
-  for (mhc::Isa isa : available_families()) {
+  for (mhc::Isa isa : mhc::available_isas()) {
     std::map<std::string, std::vector<uint32_t>> family_bits;
     std::string family_where;
     for (Face face : driver.faces(p)) {
@@ -178,10 +193,13 @@ Report check(const Driver& driver, const Problem& p) {
       const std::string where = std::string(mhc::isa_name(isa)) + " through " + face_name(face);
       report.runs.push_back(where);
       Bag b = driver.make(p);
-      const mhc::Status s = driver.run(face, p, b, layer::options_for(isa));
-      EXPECT_TRUE(s.ok()) << where << ": " << s.message();
-      if (!s.ok()) continue;
-      if constexpr (requires { driver.also_check(p, face, b, where); }) driver.also_check(p, face, b, where);
+      const mhc::Status s = driver.run(face, p, b, options_for(isa));
+      if (!s.ok()) {
+        report.fail(where + ": " + s.message());
+        continue;
+      }
+      if constexpr (requires { driver.also_check(p, face, b, where, report); })
+        driver.also_check(p, face, b, where, report);
       auto& baseline = (Driver::kSameBitsOnEveryFamily ? first_bits : family_bits);
       std::string& baseline_where = (Driver::kSameBitsOnEveryFamily ? first_where : family_where);
       for (const std::string& name : driver.outputs(p, face)) {
@@ -189,8 +207,8 @@ Report check(const Driver& driver, const Problem& p) {
         if (!baseline.count(name)) {
           baseline[name] = b[name].raw();
           baseline_where = where;
-        } else {
-          EXPECT_TRUE(baseline[name] == b[name].raw()) << name << ": " << where << " != " << baseline_where;
+        } else if (baseline[name] != b[name].raw()) {
+          report.fail(name + ": " + where + " differs bitwise from " + baseline_where);
         }
       }
     }
