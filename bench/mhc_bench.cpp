@@ -8,6 +8,8 @@
 //
 //   mhc-bench [--json PATH] [--shapes a,b,c,d,e,decode,post,sinkhorn] [--runs N] [--threads N]
 //             [--min-seconds S] [--stream-mib M]
+//   mhc-bench --check [--shapes ...] [--check-tokens N]: the same problems through the
+//             operators' test drivers against float64 (check_mode.hpp), no timing.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "check_mode.hpp"
 #include "decode_cases.hpp"
 #include "floor_pass.hpp"
 #include "json_writer.hpp"
@@ -40,6 +43,8 @@ struct CommandLine {
   int threads = 0;           // 0: hardware threads
   double min_seconds = 0.5;  // keep timing small cases until this much time is spent
   int64_t stream_mib = 0;    // 0: max(256, LLC)
+  bool check = false;        // --check: correctness instead of timing
+  int64_t check_tokens = 0;  // --check-tokens: at most this many tokens a problem (0: the shape's T)
 };
 
 [[noreturn]] void usage(const char* error) {
@@ -47,6 +52,8 @@ struct CommandLine {
   std::fprintf(stderr,
                "usage: mhc-bench [--json PATH] [--shapes a,b,c,d,e,decode,post,sinkhorn] [--runs N] [--threads N]\n"
                "                 [--min-seconds S] [--stream-mib M] [--commit REV]\n"
+               "       mhc-bench --check [--shapes ...] [--check-tokens N]   (no timing: every face and\n"
+               "                 family against the float64 references, at most N tokens a problem)\n"
                "  shapes: a T=4096 N=4 D=4096 bf16 | b T=16384 N=4 D=7168 bf16 |\n"
                "          c T=2048 N=8 D=2048 fp16 (no gamma) | d T=1024 N=4 D=512 bf16 |\n"
                "          e T=1 N=4 D=7168 bf16 (forward only) |\n"
@@ -70,6 +77,8 @@ CommandLine parse(int argc, char** argv) {
     else if (arg == "--threads") c.threads = std::max(1, std::atoi(next().c_str()));
     else if (arg == "--min-seconds") c.min_seconds = std::atof(next().c_str());
     else if (arg == "--stream-mib") c.stream_mib = std::atoll(next().c_str());
+    else if (arg == "--check") c.check = true;
+    else if (arg == "--check-tokens") c.check_tokens = std::max<int64_t>(0, std::atoll(next().c_str()));
     else if (arg == "--shapes") {
       c.shapes.clear();
       std::stringstream list(next());
@@ -223,6 +232,7 @@ int run(int argc, char** argv) {
       if (s.name == name) { shapes.push_back(s); found = true; }
     if (!found) usage(("unknown shape " + name).c_str());
   }
+  if (cl.check) return run_checks(shapes, layer_names, cl.check_tokens);
   const std::string isa = mhc::isa();
   std::printf("mhc-bench: mhc %s, kernels %s, %d thread(s) (speed-up against 1)\n", mhc_version(),
               isa.c_str(), cl.threads);
