@@ -5,8 +5,10 @@
 // so a second run finds no live handle and fails cleanly.
 #include <cctype>
 #include <cstring>
+#include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "faces/aclnn/face.hpp"
 #include "ops/call_resources.hpp"
@@ -41,16 +43,53 @@ std::string not_live_message(const char* op) {
                            "or was not made by a GetWorkspaceSize call";
 }
 
-// The operator layer names tensors and scalars as the C++ API does (h_in);
-// a CANN program knows them by CANN's parameter names: the operator's own
-// (MhcSinkhorn's z is x), else the common ones (h_in is hIn).
-std::string with_cann_names(const std::string& message, NameMap own) {
-  static const std::pair<const char*, const char*> kNames[] = {
-      {"h_in", "hIn"}, {"h_post", "hPost"}, {"h_res", "hRes"}, {"inv_rms", "invRms"}, {"h_mix", "hMix"},
-      {"h_pre", "hPre"}, {"grad_h_in", "gradHIn"}, {"grad_h_post", "gradHPost"}, {"grad_h_res", "gradHRes"},
-      {"grad_x_post", "gradXPost"}, {"grad_x", "gradX"}, {"grad_phi", "gradPhi"}, {"grad_alpha", "gradAlpha"},
-      {"grad_bias", "gradBias"}, {"grad_gamma", "gradGamma"}, {"norm_eps", "normEps"}, {"hc_eps", "hcEps"}};
+// The operator layer names tensors and scalars as the C++ API does (h_in); a CANN
+// program knows them by CANN's parameter names. The description gives each
+// operator's renames (MhcSinkhorn's z is x) and the common ones (h_in is hIn).
+struct Rename {
+  const char* own;
+  const char* cann;
+};
+struct AclnnNames {
+  std::string cann_op;                        // "aclnnMhcSinkhorn"
+  std::vector<Rename> own, common;
+};
+const std::vector<AclnnNames>& aclnn_names() {
+  static const std::vector<AclnnNames> table = [] {
+    std::map<std::string, std::vector<Rename>> renames;
+#define MHC_ACLNN_RENAME(own, cann) {#own, #cann},
+#define MHC_ACLNN_NAMES(op, RENAMES) renames[#op] = {RENAMES(MHC_ACLNN_RENAME)};
+#include "description/operators.def"
+#undef MHC_ACLNN_NAMES
+#undef MHC_ACLNN_RENAME
+    std::vector<AclnnNames> t;
+#define MHC_OPERATOR(name, Cpp, spec, cann, torch_npu, ARGS) t.push_back({cann, renames[#name], renames["common"]});
+#include "description/operators.def"
+#undef MHC_OPERATOR
+    return t;
+  }();
+  return table;
+}
+
+// `op` is an entry point (aclnnMhcPreV2GetWorkspaceSize): its operator is the
+// described one whose CANN name is its longest prefix.
+const AclnnNames* names_of(const std::string& op) {
+  const AclnnNames* best = nullptr;
+  for (const AclnnNames& n : aclnn_names())
+    if (op.rfind(n.cann_op, 0) == 0 && (best == nullptr || n.cann_op.size() > best->cann_op.size())) best = &n;
+  return best;
+}
+
+std::string with_cann_names(const std::string& message, const char* op) {
+  const AclnnNames* names = names_of(op);
   auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  auto rename = [&](const std::string& word) -> const char* {
+    if (names == nullptr) return nullptr;
+    for (const std::vector<Rename>* list : {&names->own, &names->common})
+      for (const Rename& r : *list)
+        if (word == r.own) return r.cann;
+    return nullptr;
+  };
   std::string out;
   for (size_t i = 0; i < message.size();) {
     if (!is_word(message[i])) {
@@ -59,12 +98,8 @@ std::string with_cann_names(const std::string& message, NameMap own) {
     }
     size_t end = i;
     while (end < message.size() && is_word(message[end])) ++end;
-    std::string word = message.substr(i, end - i);
-    const char* renamed = nullptr;
-    for (const auto& [core_name, cann_name] : own)
-      if (word == core_name) renamed = renamed != nullptr ? renamed : cann_name;
-    for (const auto& [core_name, cann_name] : kNames)
-      if (renamed == nullptr && word == core_name) renamed = cann_name;
+    const std::string word = message.substr(i, end - i);
+    const char* renamed = rename(word);
     out += renamed != nullptr ? std::string(renamed) : word;
     i = end;
   }
@@ -102,10 +137,9 @@ struct RunProblem {
 
 }  // namespace
 
-aclnnStatus from_status(const char* op, const Status& status, NameMap names) {
+aclnnStatus from_status(const char* op, const Status& status) {
   if (status.ok()) return ACLNN_SUCCESS;
-  return fail(static_cast<aclnnStatus>(status.code()),
-              std::string(op) + ": " + with_cann_names(status.message(), names));
+  return fail(static_cast<aclnnStatus>(status.code()), std::string(op) + ": " + with_cann_names(status.message(), op));
 }
 
 aclnnStatus create_executor(const char* run_op, std::shared_ptr<const Problem> problem, size_t core_workspace_bytes,

@@ -274,11 +274,10 @@ aclnnStatus run_executor(const char* op, void* workspace, uint64_t workspace_siz
                          aclOpExecutor* executor, aclrtStream stream);
 
 // Map a Status of the operator layer to the aclnn code (same numbers) and
-// record its message, prefixed with the operator name, each word of it in
-// CANN's names: the operator's own first (MhcSinkhorn's z is x, its h_res is
-// output), else the common ones (h_res is hRes).
-using NameMap = std::initializer_list<std::pair<const char*, const char*>>;
-aclnnStatus from_status(const char* op, const Status& status, NameMap names = {});
+// record its message, prefixed with the entry point `op`, each word of it in
+// CANN's names as the description renames them for op's operator (MhcSinkhorn's
+// z is x, its h_res is output; h_res is hRes for all).
+aclnnStatus from_status(const char* op, const Status& status);
 
 // Runs body() and turns any escaping exception into an error code: no C++
 // exception crosses the C boundary.

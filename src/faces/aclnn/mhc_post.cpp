@@ -22,8 +22,6 @@ struct PostArgs {
   aclOpExecutor** executor;
 };
 
-const NameMap kNames = {{"h_out", "hOut"}};
-
 // CANN's checks, in CANN's order. *empty: an input is empty (nothing to run).
 aclnnStatus check_forward(const Checks& c, const PostArgs& a, bool* empty) {
   const bool residual = a.h_res.tensor != nullptr;
@@ -80,7 +78,7 @@ aclnnStatus forward_workspace(const char* op, const char* run_op, const PostArgs
   ACLNN_RETURN_IF_ERROR(to_view(op, a.out, &out.out));
 
   core::PostProblem problem;
-  ACLNN_RETURN_IF_ERROR(from_status(op, ops::post::validate_forward(in, out, Options{}, &problem), kNames));
+  ACLNN_RETURN_IF_ERROR(from_status(op, ops::post::validate_forward(in, out, Options{}, &problem)));
   const size_t bytes = ops::post::forward_workspace_bytes(problem);
   return create_executor(run_op, PostForward{problem}, bytes, a.workspace_size, a.executor);
 }

@@ -24,8 +24,6 @@ struct PostBackwardArgs {
   aclOpExecutor** executor;
 };
 
-const NameMap kNames = {{"grad_out", "gradOutput"}, {"h_out", "hOut"}, {"grad_h_out", "gradHOut"}};
-
 // CANN's checks, in CANN's order.
 aclnnStatus check_backward(const Checks& c, const PostBackwardArgs& a) {
   const bool residual = a.h_res.tensor != nullptr;
@@ -97,8 +95,7 @@ aclnnStatus backward_workspace(const char* op, const char* run_op, const PostBac
 
   core::PostProblem problem;
   ACLNN_RETURN_IF_ERROR(from_status(
-      op, ops::post::validate_backward(in, out, Options{}, &problem, ops::post::Rules{.fp32_grad_x = false}),
-      kNames));
+      op, ops::post::validate_backward(in, out, Options{}, &problem, ops::post::Rules{.fp32_grad_x = false})));
   const size_t bytes = ops::post::backward_workspace_bytes(problem);
   return create_executor(run_op, PostBackward{problem}, bytes, a.workspace_size, a.executor);
 }

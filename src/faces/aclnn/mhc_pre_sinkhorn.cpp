@@ -31,9 +31,6 @@ struct PreSinkhornArgs {
 };
 
 // The core's names in this operator's messages (its Sinkhorn's z is hRes).
-const NameMap kNames = {{"h_mix", "hcBeforeNorm"}, {"norm_out", "normOut"}, {"sum_out", "sumOut"},
-                        {"num_iters", "numIters"}, {"z", "hRes"}};
-
 // CANN's checks, in CANN's order. *empty: an input is empty (nothing to run).
 aclnnStatus check_forward(const Checks& c, const PreSinkhornArgs& a, bool* empty) {
   const bool caches = a.need_backward;
@@ -123,8 +120,7 @@ aclnnStatus forward_workspace(const char* op, const char* run_op, const PreSinkh
   ops::pre_sinkhorn::ForwardProblem problem;
   ACLNN_RETURN_IF_ERROR(from_status(
       op,
-      ops::pre_sinkhorn::validate_forward(in, out, options, &problem, ops::pre_sinkhorn::Rules{.eps_values = false}),
-      kNames));
+      ops::pre_sinkhorn::validate_forward(in, out, options, &problem, ops::pre_sinkhorn::Rules{.eps_values = false})));
   const size_t bytes = ops::pre_sinkhorn::forward_workspace_bytes(problem);
   return create_executor(run_op, problem, bytes, a.workspace_size, a.executor);
 }

@@ -29,9 +29,6 @@ struct PreSinkhornBackwardArgs {
 
 // The core's names in this operator's messages (its MhcPreBackward reads
 // gradHPost's shape for h_post, its Sinkhorn's grad_z is gradHRes).
-const NameMap kNames = {{"grad_h_in", "gradHin"}, {"h_mix", "hcBeforeNorm"}, {"norm_out", "normOut"},
-                        {"sum_out", "sumOut"},    {"h_post", "gradHPost"},   {"grad_z", "gradHRes"}};
-
 // CANN's checks, in CANN's order. *empty: an input is empty (nothing to run).
 aclnnStatus check_backward(const Checks& c, const PreSinkhornBackwardArgs& a, bool* empty) {
   ACLNN_RETURN_IF_ERROR(c.result_pointers(a.workspace_size, a.executor));
@@ -144,8 +141,7 @@ aclnnStatus backward_workspace(const char* op, const char* run_op, const PreSink
   ops::pre_sinkhorn::BackwardProblem problem;
   ACLNN_RETURN_IF_ERROR(from_status(
       op,
-      ops::pre_sinkhorn::validate_backward(in, out, options, &problem, ops::pre_sinkhorn::Rules{.eps_values = false}),
-      kNames));
+      ops::pre_sinkhorn::validate_backward(in, out, options, &problem, ops::pre_sinkhorn::Rules{.eps_values = false})));
   const size_t bytes = ops::pre_sinkhorn::backward_workspace_bytes(problem);
   return create_executor(run_op, problem, bytes, a.workspace_size, a.executor);
 }

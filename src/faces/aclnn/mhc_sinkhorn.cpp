@@ -28,9 +28,6 @@ struct SinkhornArgs {
 };
 
 // The core's names in this operator's messages.
-const NameMap kNames = {{"z", "x"}, {"h_res", "output"}, {"norm_out", "normOut"}, {"sum_out", "sumOut"},
-                        {"num_iters", "numIters"}};
-
 // A cache argument that stands for "no cache": NULL, or a live tensor of one
 // element (the placeholder a caller without caches passes).
 bool no_cache(const TensorArg& arg) {
@@ -103,8 +100,7 @@ aclnnStatus forward_workspace(const char* op, const char* run_op, const Sinkhorn
 
   core::SinkhornProblem problem;
   ACLNN_RETURN_IF_ERROR(from_status(
-      op, ops::sinkhorn::validate_forward(in, out, Options{}, &problem, ops::sinkhorn::Rules{.eps_values = false}),
-      kNames));
+      op, ops::sinkhorn::validate_forward(in, out, Options{}, &problem, ops::sinkhorn::Rules{.eps_values = false})));
   const size_t bytes = ops::sinkhorn::forward_workspace_bytes(problem);
   return create_executor(run_op, SinkhornForward{problem}, bytes, a.workspace_size, a.executor);
 }

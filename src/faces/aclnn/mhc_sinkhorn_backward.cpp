@@ -23,9 +23,6 @@ struct SinkhornBackwardArgs {
   aclOpExecutor** executor;
 };
 
-const NameMap kNames = {{"grad_h_res", "gradOutput"}, {"grad_z", "out"}, {"norm_out", "normOut"},
-                        {"sum_out", "sumOut"}};
-
 // CANN's checks, in CANN's order. *empty: gradOutput is empty (nothing to run).
 aclnnStatus check_backward(const Checks& c, const SinkhornBackwardArgs& a, bool* empty) {
   ACLNN_RETURN_IF_ERROR(c.result_pointers(a.workspace_size, a.executor));
@@ -95,8 +92,7 @@ aclnnStatus backward_workspace(const char* op, const char* run_op, const Sinkhor
 
   core::SinkhornProblem problem;
   ACLNN_RETURN_IF_ERROR(from_status(
-      op, ops::sinkhorn::validate_backward(in, out, Options{}, &problem, ops::sinkhorn::Rules{.eps_values = false}),
-      kNames));
+      op, ops::sinkhorn::validate_backward(in, out, Options{}, &problem, ops::sinkhorn::Rules{.eps_values = false})));
   const size_t bytes = ops::sinkhorn::backward_workspace_bytes(problem);
   return create_executor(run_op, SinkhornBackward{problem}, bytes, a.workspace_size, a.executor);
 }
