@@ -7,8 +7,8 @@
 //     extra memory is measured from zero instead of from what an earlier, larger
 //     shape left behind.
 #include "kernels/registry.hpp"
-#include "ops/pre_backward/pre_backward.hpp"
-#include "ops/pre_forward/pre_forward.hpp"
+#include "ops/pre/backward.hpp"
+#include "ops/pre/forward.hpp"
 #if defined(MHC_WITH_AMX)
 #include "kernels/amx/tiles.hpp"
 #endif
@@ -21,18 +21,18 @@ int64_t expected_forward_workspace(const ShapeBuffers& b, int threads) {
   mhc::Options options;
   options.num_threads = threads;
   mhc::core::ForwardProblem problem;
-  if (!mhc::ops::pre_forward::validate(b.forward_inputs(), b.forward_outputs(), options, &problem).ok())
+  if (!mhc::ops::pre::forward::validate(b.forward_inputs(), b.forward_outputs(), options, &problem).ok())
     return -1;
-  return int64_t(mhc::ops::pre_forward::workspace_bytes(problem, threads));
+  return int64_t(mhc::ops::pre::forward::workspace_bytes(problem, threads));
 }
 
 int64_t expected_backward_workspace(const ShapeBuffers& b, int threads) {
   mhc::Options options;
   options.num_threads = threads;
   mhc::core::BackwardProblem problem;
-  if (!mhc::ops::pre_backward::validate(b.backward_inputs(), b.backward_outputs(), options, &problem).ok())
+  if (!mhc::ops::pre::backward::validate(b.backward_inputs(), b.backward_outputs(), options, &problem).ok())
     return -1;
-  return int64_t(mhc::ops::pre_backward::workspace_bytes(problem, threads));
+  return int64_t(mhc::ops::pre::backward::workspace_bytes(problem, threads));
 }
 
 bool release_library_workspace() {

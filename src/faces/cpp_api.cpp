@@ -6,9 +6,9 @@
 #include "faces/guarded.hpp"
 #include "mhc/mhc.hpp"
 #include "ops/isa.hpp"
-#include "ops/pre_backward/pre_backward.hpp"
+#include "ops/pre/backward.hpp"
 #include "ops/post/post.hpp"
-#include "ops/pre_forward/pre_forward.hpp"
+#include "ops/pre/forward.hpp"
 #include "ops/pre_sinkhorn/pre_sinkhorn.hpp"
 #include "ops/sinkhorn/sinkhorn.hpp"
 
@@ -62,8 +62,8 @@ Status no_throw(Body&& body) {
 Status pre_forward(const PreForwardInputs& in, const PreForwardOutputs& out, const Options& options) {
   return no_throw([&] {
     core::ForwardProblem problem;
-    if (Status s = ops::pre_forward::validate(in, out, options, &problem); !s.ok()) return s;
-    return ops::pre_forward::run_in_thread_workspace(problem, options.num_threads);
+    if (Status s = ops::pre::forward::validate(in, out, options, &problem); !s.ok()) return s;
+    return ops::pre::forward::run_in_thread_workspace(problem, options.num_threads);
   });
 }
 
@@ -71,8 +71,8 @@ Status pre_backward(const PreBackwardInputs& in, const PreBackwardOutputs& out,
                     const Options& options) {
   return no_throw([&] {
     core::BackwardProblem problem;
-    if (Status s = ops::pre_backward::validate(in, out, options, &problem); !s.ok()) return s;
-    return ops::pre_backward::run_in_thread_workspace(problem, options.num_threads);
+    if (Status s = ops::pre::backward::validate(in, out, options, &problem); !s.ok()) return s;
+    return ops::pre::backward::run_in_thread_workspace(problem, options.num_threads);
   });
 }
 

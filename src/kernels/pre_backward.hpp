@@ -1,4 +1,4 @@
-// What a kernel family gives the MhcPreBackward driver (ops/pre_backward): the
+// What a kernel family gives the MhcPreBackward driver (ops/pre/backward_*): the
 // phases of one chunk of tokens, over the call's operands (pointers, strides,
 // counts) and the typed buffers the driver's plan lays out.
 // Kernels allocate nothing, start no threads and read no environment.

@@ -1,4 +1,4 @@
-// What a kernel family gives the MhcPre driver (ops/pre_forward): functions over
+// What a kernel family gives the MhcPre driver (ops/pre/forward_*): functions over
 // the call's operands (pointers, strides, counts) and the typed buffers the
 // driver's plan lays out. Kernels allocate nothing, start no threads and read no
 // environment.

@@ -15,8 +15,8 @@
 #include "core/dtype.hpp"
 #include "core/problem.hpp"
 #include "mhc/mhc.h"
-#include "ops/pre_backward/pre_backward.hpp"
-#include "ops/pre_forward/pre_forward.hpp"
+#include "ops/pre/backward.hpp"
+#include "ops/pre/forward.hpp"
 #include "strided_io.hpp"
 
 namespace mhc_fuzz {
@@ -827,7 +827,7 @@ void check_accepted_forward(Case& c, const Arena& arena, bool rerun, const Accep
   call.options.matmul_precision = how.precision;
   mhc::core::ForwardProblem p;
   const mhc::Status s =
-      mhc::ops::pre_forward::validate(call.in, call.out, call.options, &p, {.eps_values = how.eps_values});
+      mhc::ops::pre::forward::validate(call.in, call.out, call.options, &p, {.eps_values = how.eps_values});
   if (!s.ok()) fail("forward: validation of the same call on a copy failed: " + s.message());
   const mhc::core::Dims& d = p.dims;
   const int64_t T = d.T, N = d.N, D = d.D, K = d.K, F = d.F, R = d.R;
@@ -837,7 +837,7 @@ void check_accepted_forward(Case& c, const Arena& arena, bool rerun, const Accep
   const std::vector<double> bias = gather_plain(p.bias, 1, F);
   const std::vector<double> gamma = p.gamma.present() ? gather_plain(p.gamma, N, D) : std::vector<double>(K, 1.0);
   p.isa = mhc::Isa::reference;  // the float64 reference writes the copy's outputs
-  if (!mhc::ops::pre_forward::run_in_thread_workspace(p, 1).ok()) fail("forward: the reference failed");
+  if (!mhc::ops::pre::forward::run_in_thread_workspace(p, 1).ok()) fail("forward: the reference failed");
 
   auto lib_of = [&](const Strided& ref) { return rebased(ref, cb, arena.base); };
   auto check = [&](const char* name, const Strided& ref, int64_t offset, double tol, mhc::DType dtype, int64_t t) {
@@ -892,9 +892,9 @@ void check_accepted_forward(Case& c, const Arena& arena, bool rerun, const Accep
     again.options.num_threads = c.problem.threads == 1 ? 3 : 1;
     again.options.matmul_precision = how.precision;
     mhc::core::ForwardProblem again_problem;  // through the operator layer: the face's rules
-    mhc::Status s2 = mhc::ops::pre_forward::validate(again.in, again.out, again.options, &again_problem,
+    mhc::Status s2 = mhc::ops::pre::forward::validate(again.in, again.out, again.options, &again_problem,
                                                      {.eps_values = how.eps_values});
-    if (s2.ok()) s2 = mhc::ops::pre_forward::run_in_thread_workspace(again_problem, again.options.num_threads);
+    if (s2.ok()) s2 = mhc::ops::pre::forward::run_in_thread_workspace(again_problem, again.options.num_threads);
     if (!s2.ok()) fail("forward rerun failed: " + s2.message());
     if (std::memcmp(sb, arena.base, arena.bytes) != 0) {
       for (size_t i = 0; i < arena.bytes; ++i)
@@ -913,7 +913,7 @@ void check_accepted_backward(Case& c, const Arena& arena, bool rerun, const Acce
   call.options.matmul_precision = how.precision;
   mhc::core::BackwardProblem p;
   const mhc::Status s =
-      mhc::ops::pre_backward::validate(call.in, call.out, call.options, &p, {.eps_values = how.eps_values});
+      mhc::ops::pre::backward::validate(call.in, call.out, call.options, &p, {.eps_values = how.eps_values});
   if (!s.ok()) fail("backward: validation of the same call on a copy failed: " + s.message());
   const mhc::core::Dims& d = p.dims;
   const int64_t T = d.T, N = d.N, D = d.D, K = d.K, F = d.F, R = d.R;
@@ -931,7 +931,7 @@ void check_accepted_backward(Case& c, const Arena& arena, bool rerun, const Acce
   const std::vector<double> h_post = p.h_post.present() ? gather_tokens(p.h_post, T, 1, N) : std::vector<double>();
   const std::vector<double> gxp = p.grad_x_post.present() ? gather_tokens(p.grad_x_post, T, N, D) : std::vector<double>();
   p.isa = mhc::Isa::reference;  // the float64 reference writes the copy's outputs
-  if (!mhc::ops::pre_backward::run_in_thread_workspace(p, 1).ok()) fail("backward: the reference failed");
+  if (!mhc::ops::pre::backward::run_in_thread_workspace(p, 1).ok()) fail("backward: the reference failed");
 
   auto check = [&](const char* name, const Strided& ref, int64_t offset, double tol, mhc::DType dtype,
                    const std::string& where) {
@@ -1023,9 +1023,9 @@ void check_accepted_backward(Case& c, const Arena& arena, bool rerun, const Acce
     again.options.num_threads = c.problem.threads == 1 ? 3 : 1;
     again.options.matmul_precision = how.precision;
     mhc::core::BackwardProblem again_problem;  // through the operator layer: the face's rules
-    mhc::Status s2 = mhc::ops::pre_backward::validate(again.in, again.out, again.options, &again_problem,
+    mhc::Status s2 = mhc::ops::pre::backward::validate(again.in, again.out, again.options, &again_problem,
                                                       {.eps_values = how.eps_values});
-    if (s2.ok()) s2 = mhc::ops::pre_backward::run_in_thread_workspace(again_problem, again.options.num_threads);
+    if (s2.ok()) s2 = mhc::ops::pre::backward::run_in_thread_workspace(again_problem, again.options.num_threads);
     if (!s2.ok()) fail("backward rerun failed: " + s2.message());
     for (size_t i = 0; i < arena.bytes; ++i)
       if (sb[i] != arena.base[i])
@@ -1102,10 +1102,10 @@ void run_cpp_target(const uint8_t* data, size_t size, Op op) {
   BackwardCall bcall;
   if (op == Op::forward) {
     fcall = forward_call(c, arena.base);
-    validated = mhc::ops::pre_forward::validate(fcall.in, fcall.out, fcall.options, &fp);
+    validated = mhc::ops::pre::forward::validate(fcall.in, fcall.out, fcall.options, &fp);
   } else {
     bcall = backward_call(c, arena.base);
-    validated = mhc::ops::pre_backward::validate(bcall.in, bcall.out, bcall.options, &bp);
+    validated = mhc::ops::pre::backward::validate(bcall.in, bcall.out, bcall.options, &bp);
   }
   MHC_FUZZ_CHECK(arena.unchanged(), "validation wrote to the arena");
   if (!validated.ok()) {
@@ -1117,8 +1117,8 @@ void run_cpp_target(const uint8_t* data, size_t size, Op op) {
   if (validated.ok() && !all_inside(c, arena)) {
     // A pointer carries no size: the C++ face cannot see that these views leave
     // the arena, so the call is not made. Sizing it must still be safe.
-    if (op == Op::forward) (void)mhc::ops::pre_forward::workspace_bytes(fp, c.problem.threads);
-    else (void)mhc::ops::pre_backward::workspace_bytes(bp, c.problem.threads);
+    if (op == Op::forward) (void)mhc::ops::pre::forward::workspace_bytes(fp, c.problem.threads);
+    else (void)mhc::ops::pre::backward::workspace_bytes(bp, c.problem.threads);
     return;
   }
 

@@ -13,8 +13,8 @@
 #include "faces/aclnn/face.hpp"
 #include "ops/call_resources.hpp"
 #include "ops/post/post.hpp"
-#include "ops/pre_backward/pre_backward.hpp"
-#include "ops/pre_forward/pre_forward.hpp"
+#include "ops/pre/backward.hpp"
+#include "ops/pre/forward.hpp"
 #include "ops/pre_sinkhorn/pre_sinkhorn.hpp"
 #include "ops/sinkhorn/sinkhorn.hpp"
 
@@ -112,9 +112,9 @@ struct RunProblem {
   void* workspace;
   size_t bytes;
   int threads;
-  Status operator()(const ops::pre_forward::Primitive& p) const { return ops::pre_forward::run(p, workspace, bytes); }
+  Status operator()(const ops::pre::forward::Primitive& p) const { return ops::pre::forward::run(p, workspace, bytes); }
   Status operator()(const core::BackwardProblem& p) const {
-    return ops::pre_backward::run(p, workspace, bytes, threads);
+    return ops::pre::backward::run(p, workspace, bytes, threads);
   }
   Status operator()(const SinkhornForward& p) const {
     return ops::sinkhorn::run_forward(p.problem, workspace, bytes, threads);
@@ -151,7 +151,7 @@ aclnnStatus create_executor(const char* run_op, std::shared_ptr<const Problem> p
   e->asked_bytes = core_workspace_bytes == 0 ? 0 : core_workspace_bytes + kAlignmentSlack;
   // The faces size the workspace at the first phase's default count (an MhcPre
   // primitive carries its own); a count changed before the run would not fit it.
-  const auto* primitive = std::get_if<ops::pre_forward::Primitive>(e->problem.get());
+  const auto* primitive = std::get_if<ops::pre::forward::Primitive>(e->problem.get());
   e->threads = primitive != nullptr ? primitive->threads : ops::resolve_threads(0);
   const uint64_t asked = e->asked_bytes;
   *executor = as_handle<aclOpExecutor>(executors().add(std::move(e)));

@@ -29,7 +29,7 @@
 #include "core/sinkhorn_problem.hpp"
 #include "faces/guarded.hpp"
 #include "mhc/mhc.hpp"
-#include "ops/pre_forward/pre_forward.hpp"
+#include "ops/pre/forward.hpp"
 #include "ops/pre_sinkhorn/pre_sinkhorn.hpp"
 #include "ops/tensor_checks.hpp"
 
@@ -256,7 +256,7 @@ struct PostBackward { core::PostProblem problem; };
 // A call CANN accepts and runs nothing for (its empty cases): the run phase
 // checks its arguments, writes nothing and frees the executor.
 struct NothingToRun {};
-using Problem = std::variant<ops::pre_forward::Primitive, core::BackwardProblem, SinkhornForward, SinkhornBackward,
+using Problem = std::variant<ops::pre::forward::Primitive, core::BackwardProblem, SinkhornForward, SinkhornBackward,
                              PostForward, PostBackward, ops::pre_sinkhorn::ForwardProblem,
                              ops::pre_sinkhorn::BackwardProblem, NothingToRun>;
 

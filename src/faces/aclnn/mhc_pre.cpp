@@ -4,7 +4,7 @@
 // hRes NULL with a 3-entry alpha (161001) -> output ranks and the cache group
 // -> shapes -> dtypes -> formats -> opImplMode. Then what CANN does not check
 // (storage, offsets, strides, NULL data, overlap, size limits):
-// mhc::ops::pre_forward::validate, which also makes the problem.
+// mhc::ops::pre::forward::validate, which also makes the problem.
 #include <array>
 #include <cstring>
 #include <optional>
@@ -16,7 +16,7 @@
 #include "faces/aclnn/face.hpp"
 #include "ops/call_resources.hpp"
 #include "ops/isa.hpp"
-#include "ops/pre_forward/pre_forward.hpp"
+#include "ops/pre/forward.hpp"
 
 namespace mhc::faces::aclnn {
 namespace {
@@ -177,9 +177,9 @@ aclnnStatus forward_workspace(const char* op, const char* run_op, const ForwardA
   options.matmul_precision = a.op_impl_mode == 1 ? MatmulPrecision::hf32 : MatmulPrecision::fp32;
   core::ForwardProblem problem;
   ACLNN_RETURN_IF_ERROR(from_status(
-      op, ops::pre_forward::validate(in, out, options, &problem, ops::pre_forward::Rules{.eps_values = false})));
-  auto primitive = std::make_shared<const Problem>(ops::pre_forward::make_primitive(problem, threads));
-  const size_t bytes = std::get<ops::pre_forward::Primitive>(*primitive).workspace_bytes;
+      op, ops::pre::forward::validate(in, out, options, &problem, ops::pre::forward::Rules{.eps_values = false})));
+  auto primitive = std::make_shared<const Problem>(ops::pre::forward::make_primitive(problem, threads));
+  const size_t bytes = std::get<ops::pre::forward::Primitive>(*primitive).workspace_bytes;
   if (known_isa && problem.isa == isa) {
     memo.op = op;
     memo.tensors = tensors_of(a);

@@ -3,7 +3,7 @@
 // and executor -> NULL required tensors -> empty inputs -> ranks -> shapes ->
 // dtypes -> formats of the inputs -> opImplMode. Then what CANN does not check
 // (output formats, storage, strides, NULL data, overlap, size limits):
-// mhc::ops::pre_backward::validate, which also makes the problem.
+// mhc::ops::pre::backward::validate, which also makes the problem.
 // gradGamma is required exactly when gammaOptional is given, and ignored (not
 // written) without it: CANN's signature has no optional gradGamma. With a
 // two-entry alpha (phi has F = 2N rows) gradHRes may be NULL and is not read.
@@ -13,7 +13,7 @@
 #include "aclnnop/aclnn_mhc_pre_backward.h"
 #include "aclnnop/aclnn_mhc_pre_backward_v2.h"
 #include "faces/aclnn/face.hpp"
-#include "ops/pre_backward/pre_backward.hpp"
+#include "ops/pre/backward.hpp"
 
 namespace mhc::faces::aclnn {
 namespace {
@@ -144,8 +144,8 @@ aclnnStatus backward_workspace(const char* op, const char* run_op, const Backwar
   options.matmul_precision = a.op_impl_mode == 1 ? MatmulPrecision::hf32 : MatmulPrecision::fp32;
   core::BackwardProblem problem;
   ACLNN_RETURN_IF_ERROR(from_status(
-      op, ops::pre_backward::validate(in, out, options, &problem, ops::pre_backward::Rules{.eps_values = false})));
-  const size_t bytes = ops::pre_backward::workspace_bytes(problem);
+      op, ops::pre::backward::validate(in, out, options, &problem, ops::pre::backward::Rules{.eps_values = false})));
+  const size_t bytes = ops::pre::backward::workspace_bytes(problem);
   return create_executor(run_op, problem, bytes, a.workspace_size, a.executor);
 }
 

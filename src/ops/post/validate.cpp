@@ -8,7 +8,7 @@
 #include "core/dtype.hpp"
 #include "ops/isa.hpp"
 #include "ops/post/post.hpp"
-#include "ops/pre_operands.hpp"
+#include "ops/pre/operands.hpp"
 
 namespace mhc::ops::post {
 namespace {

@@ -8,9 +8,9 @@
 
 #include "kernels/common/token_math.hpp"
 #include "ops/call_resources.hpp"
-#include "ops/pre_backward/pre_backward.hpp"
-#include "ops/pre_forward/pre_forward.hpp"
-#include "ops/pre_operands.hpp"
+#include "ops/pre/backward.hpp"
+#include "ops/pre/forward.hpp"
+#include "ops/pre/operands.hpp"
 #include "ops/pre_sinkhorn/pre_sinkhorn.hpp"
 #include "ops/sinkhorn/sinkhorn.hpp"
 
@@ -84,7 +84,7 @@ ForwardLayout forward_layout(const ForwardProblem& problem, int num_threads) {
   sized.pre.h_res = contiguous_like(problem.pre.h_res, kSizingAddress);
   sized.sinkhorn.z = contiguous_like(problem.sinkhorn.z, kSizingAddress);
   const size_t z_bytes = aligned(size_t(problem.pre.dims.T * problem.pre.dims.R) * sizeof(float));
-  return {z_bytes, std::max(pre_forward::workspace_bytes(sized.pre, num_threads),
+  return {z_bytes, std::max(pre::forward::workspace_bytes(sized.pre, num_threads),
                             sinkhorn::forward_workspace_bytes(sized.sinkhorn, num_threads))};
 }
 
@@ -99,7 +99,7 @@ BackwardLayout backward_layout(const BackwardProblem& problem, int num_threads) 
   const core::Dims& d = problem.pre.dims;
   return {aligned(size_t(d.T * d.R) * sizeof(float)), aligned(size_t(d.T * d.N) * sizeof(float)),
           std::max(sinkhorn::backward_workspace_bytes(sized.sinkhorn, num_threads),
-                   pre_backward::workspace_bytes(sized.pre, num_threads))};
+                   pre::backward::workspace_bytes(sized.pre, num_threads))};
 }
 
 }  // namespace
@@ -120,7 +120,7 @@ Status validate_forward(const PreSinkhornForwardInputs& in, const PreSinkhornFor
   if (inv_rms) inv_rms = without_unit_dim(*inv_rms, in.x);
   const PreForwardInputs pre_in{in.x, in.phi, in.alpha, in.bias, std::nullopt};
   const PreForwardOutputs pre_out{out.h_in, out.h_post, out.h_res, inv_rms, out.h_mix, out.h_pre};
-  MHC_RETURN_IF_ERROR(pre_forward::validate(pre_in, pre_out, options, &problem.pre, {.eps_values = rules.eps_values}));
+  MHC_RETURN_IF_ERROR(pre::forward::validate(pre_in, pre_out, options, &problem.pre, {.eps_values = rules.eps_values}));
   const core::Dims& d = problem.pre.dims;
   MHC_RETURN_IF_ERROR(three_entries(d, in.alpha));
   const int token_dims = d.bsnd ? 2 : 1;
@@ -149,7 +149,7 @@ Status validate_backward(const PreSinkhornBackwardInputs& in, const PreSinkhornB
                                  in.grad_h_post, in.grad_h_res, without_unit_dim(in.inv_rms, in.x),
                                  in.h_mix,  in.h_pre, in.grad_h_post, std::nullopt, std::nullopt};
   const PreBackwardOutputs pre_out{out.grad_x, out.grad_phi, out.grad_alpha, out.grad_bias, std::nullopt};
-  MHC_RETURN_IF_ERROR(pre_backward::validate(pre_in, pre_out, options, &problem.pre, {.eps_values = rules.eps_values}));
+  MHC_RETURN_IF_ERROR(pre::backward::validate(pre_in, pre_out, options, &problem.pre, {.eps_values = rules.eps_values}));
   const core::Dims& d = problem.pre.dims;
   MHC_RETURN_IF_ERROR(three_entries(d, in.alpha));
   MHC_RETURN_IF_ERROR(check_fp32("bias", in.bias, {{{d.F}, {"F"}}}));
@@ -186,7 +186,7 @@ Status run_forward(const ForwardProblem& original, void* workspace, size_t bytes
   ForwardProblem p = original;
   p.pre.h_res = contiguous_like(original.pre.h_res, base);
   p.sinkhorn.z = contiguous_like(original.sinkhorn.z, base);
-  MHC_RETURN_IF_ERROR(pre_forward::run(p.pre, base + l.z_bytes, l.rest, num_threads));
+  MHC_RETURN_IF_ERROR(pre::forward::run(p.pre, base + l.z_bytes, l.rest, num_threads));
   return sinkhorn::run_forward(p.sinkhorn, base + l.z_bytes, l.rest, num_threads);
 }
 
@@ -211,7 +211,7 @@ Status run_backward(const BackwardProblem& original, void* workspace, size_t byt
       p.pre.h_post.store(p.pre.h_post.at(t, 0, n), 2.0f * kernels::common::sigmoid(z_post));
     }
   }
-  return pre_backward::run(p.pre, rest, l.rest, num_threads);
+  return pre::backward::run(p.pre, rest, l.rest, num_threads);
 }
 
 Status run_forward_in_thread_workspace(const ForwardProblem& problem, int num_threads) {

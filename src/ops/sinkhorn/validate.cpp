@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "ops/isa.hpp"
-#include "ops/pre_operands.hpp"
+#include "ops/pre/operands.hpp"
 #include "ops/sinkhorn/sinkhorn.hpp"
 
 namespace mhc::ops::sinkhorn {

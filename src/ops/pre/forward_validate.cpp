@@ -3,10 +3,10 @@
 #include <optional>
 #include <vector>
 
-#include "ops/pre_forward/pre_forward.hpp"
-#include "ops/pre_operands.hpp"
+#include "ops/pre/forward.hpp"
+#include "ops/pre/operands.hpp"
 
-namespace mhc::ops::pre_forward {
+namespace mhc::ops::pre::forward {
 
 Status validate(const PreForwardInputs& in, const PreForwardOutputs& out, const Options& options,
                 core::ForwardProblem* p, const Rules& rules) {
@@ -82,4 +82,4 @@ Status validate(const PreForwardInputs& in, const PreForwardOutputs& out, const 
   return {};
 }
 
-}  // namespace mhc::ops::pre_forward
+}  // namespace mhc::ops::pre::forward

@@ -1,5 +1,5 @@
-// The pre operators' operand checks (pre_operands.hpp).
-#include "ops/pre_operands.hpp"
+// The pre operators' operand checks (operands.hpp).
+#include "ops/pre/operands.hpp"
 
 #include <cmath>
 #include <string>

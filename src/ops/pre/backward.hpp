@@ -1,5 +1,5 @@
 // MhcPreBackward (SPEC §3) for the faces: validate into a problem descriptor,
-// size the workspace, run (the two-phase shape of pre_forward.hpp).
+// size the workspace, run (the two-phase shape of forward.hpp).
 #pragma once
 
 #include <cstddef>
@@ -7,7 +7,7 @@
 #include "core/problem.hpp"
 #include "mhc/mhc.hpp"
 
-namespace mhc::ops::pre_backward {
+namespace mhc::ops::pre::backward {
 
 // What a face asks of validation besides SPEC's tensors.
 struct Rules {
@@ -22,4 +22,4 @@ Status run(const core::BackwardProblem& problem, void* workspace, size_t workspa
 // run() in the calling thread's reused workspace, sized here (the C++ face's call).
 Status run_in_thread_workspace(const core::BackwardProblem& problem, int num_threads);
 
-}  // namespace mhc::ops::pre_backward
+}  // namespace mhc::ops::pre::backward

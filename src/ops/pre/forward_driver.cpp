@@ -6,12 +6,12 @@
 #include "ops/call_resources.hpp"
 #include "ops/isa.hpp"
 #include "ops/kernel_views.hpp"
-#include "ops/pre_forward/plan.hpp"
-#include "ops/pre_forward/pre_forward.hpp"
+#include "ops/pre/forward_plan.hpp"
+#include "ops/pre/forward.hpp"
 #include "ops/staging.hpp"
 #include "runtime/thread_pool.hpp"
 
-namespace mhc::ops::pre_forward {
+namespace mhc::ops::pre::forward {
 namespace {
 
 static_assert(kernels::kMaxPrepareParts >= runtime::kMaxThreads, "a prepare part per thread");
@@ -147,4 +147,4 @@ Status run_in_thread_workspace(const core::ForwardProblem& problem, int num_thre
   });
 }
 
-}  // namespace mhc::ops::pre_forward
+}  // namespace mhc::ops::pre::forward

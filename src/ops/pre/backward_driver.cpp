@@ -13,12 +13,12 @@
 #include "ops/call_resources.hpp"
 #include "ops/isa.hpp"
 #include "ops/kernel_views.hpp"
-#include "ops/pre_backward/plan.hpp"
-#include "ops/pre_backward/pre_backward.hpp"
+#include "ops/pre/backward_plan.hpp"
+#include "ops/pre/backward.hpp"
 #include "ops/staging.hpp"
 #include "runtime/thread_pool.hpp"
 
-namespace mhc::ops::pre_backward {
+namespace mhc::ops::pre::backward {
 namespace {
 
 const kernels::PreBackwardKernels& kernels_of(const core::BackwardProblem& problem) {
@@ -152,4 +152,4 @@ Status run_in_thread_workspace(const core::BackwardProblem& problem, int num_thr
   });
 }
 
-}  // namespace mhc::ops::pre_backward
+}  // namespace mhc::ops::pre::backward

@@ -8,9 +8,9 @@
 #include "core/problem.hpp"
 #include "kernels/pre_forward.hpp"
 #include "mhc/mhc.hpp"
-#include "ops/pre_forward/plan.hpp"
+#include "ops/pre/forward_plan.hpp"
 
-namespace mhc::ops::pre_forward {
+namespace mhc::ops::pre::forward {
 
 // What a face asks of validation besides SPEC's tensors.
 struct Rules {
@@ -49,4 +49,4 @@ Status run(const core::ForwardProblem& problem, void* workspace, size_t workspac
 // run() in the calling thread's reused workspace, sized here (the C++ face's call).
 Status run_in_thread_workspace(const core::ForwardProblem& problem, int num_threads);
 
-}  // namespace mhc::ops::pre_forward
+}  // namespace mhc::ops::pre::forward

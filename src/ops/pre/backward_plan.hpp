@@ -9,7 +9,7 @@
 
 #include "kernels/pre_backward.hpp"
 
-namespace mhc::ops::pre_backward {
+namespace mhc::ops::pre::backward {
 
 struct Plan {
   int threads = 1;
@@ -38,4 +38,4 @@ struct Workspace {
 Plan make_plan(const kernels::PreBackwardKernels& kernels, const kernels::PreShape& shape, int threads);
 Workspace lay_out(const Plan& plan, const kernels::PreShape& shape, void* workspace);
 
-}  // namespace mhc::ops::pre_backward
+}  // namespace mhc::ops::pre::backward

@@ -1,9 +1,9 @@
-// MhcPre's plan (plan.hpp).
-#include "ops/pre_forward/plan.hpp"
+// MhcPre's plan (forward_plan.hpp).
+#include "ops/pre/forward_plan.hpp"
 
 #include <algorithm>
 
-namespace mhc::ops::pre_forward {
+namespace mhc::ops::pre::forward {
 
 using kernels::align16;
 using kernels::ceil_div;
@@ -52,4 +52,4 @@ Workspace lay_out(const Plan& plan, void* workspace) {
   return w;
 }
 
-}  // namespace mhc::ops::pre_forward
+}  // namespace mhc::ops::pre::forward

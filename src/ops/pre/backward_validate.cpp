@@ -3,10 +3,10 @@
 #include <optional>
 #include <vector>
 
-#include "ops/pre_backward/pre_backward.hpp"
-#include "ops/pre_operands.hpp"
+#include "ops/pre/backward.hpp"
+#include "ops/pre/operands.hpp"
 
-namespace mhc::ops::pre_backward {
+namespace mhc::ops::pre::backward {
 
 // grad_x_post: x's shape, in x's dtype or fp32 (our extension: MhcPostBackward's
 // fp32 grad_x feeds it without a rounding; the aclnn face keeps CANN's x's dtype).
@@ -101,4 +101,4 @@ Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out, cons
   return {};
 }
 
-}  // namespace mhc::ops::pre_backward
+}  // namespace mhc::ops::pre::backward

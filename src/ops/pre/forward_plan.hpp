@@ -9,7 +9,7 @@
 
 #include "kernels/pre_forward.hpp"
 
-namespace mhc::ops::pre_forward {
+namespace mhc::ops::pre::forward {
 
 // Calls too short for this many items of the kernels' length are cut into this
 // many shorter items of whole groups of kItemGranule tokens (the AMX family's
@@ -41,4 +41,4 @@ struct Workspace {
 Plan make_plan(const kernels::PreForwardKernels& kernels, const kernels::PreShape& shape, int threads);
 Workspace lay_out(const Plan& plan, void* workspace);
 
-}  // namespace mhc::ops::pre_forward
+}  // namespace mhc::ops::pre::forward

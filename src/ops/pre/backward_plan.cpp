@@ -1,9 +1,9 @@
-// MhcPreBackward's plan (plan.hpp).
-#include "ops/pre_backward/plan.hpp"
+// MhcPreBackward's plan (backward_plan.hpp).
+#include "ops/pre/backward_plan.hpp"
 
 #include <algorithm>
 
-namespace mhc::ops::pre_backward {
+namespace mhc::ops::pre::backward {
 
 using kernels::align16;
 using kernels::ceil_div;
@@ -74,4 +74,4 @@ Workspace lay_out(const Plan& plan, const kernels::PreShape& d, void* workspace)
   return w;
 }
 
-}  // namespace mhc::ops::pre_backward
+}  // namespace mhc::ops::pre::backward
