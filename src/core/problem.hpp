@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "core/dtype.hpp"
 #include "mhc/mhc.hpp"
@@ -36,6 +37,7 @@ struct Strided {
   }
   float load(int64_t offset) const;  // element at offset, as fp32
   void store(int64_t offset, float value) const;
+  bool operator==(const Strided&) const = default;  // the same tensor: data, dtype, shape, strides
 };
 
 struct Dims {
@@ -46,6 +48,7 @@ struct Dims {
   bool head = false;            // alpha has 1 entry, F = N: the pre branch only (SPEC §6)
   int alpha_entries() const { return head ? 1 : two_entry_alpha ? 2 : 3; }
   bool bsnd = false;            // x came as [B,S,N,D]
+  bool operator==(const Dims&) const = default;
 };
 
 struct ForwardProblem {
@@ -94,6 +97,20 @@ struct BackwardProblem {
   Strided grad_bias;    // [F]
   Strided grad_gamma;   // [N,D] or absent
 };
+
+inline bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+// The same problem: every field, eps by its bits (a primitive cache's key).
+inline bool same_problem(const ForwardProblem& a, const ForwardProblem& b) {
+  if (!(a.dims == b.dims) || a.isa != b.isa || a.hf32 != b.hf32 || !same_bits(a.norm_eps, b.norm_eps) || !same_bits(a.hc_eps, b.hc_eps))
+    return false;
+  const Strided ForwardProblem::*tensors[] = {&ForwardProblem::x,      &ForwardProblem::phi,     &ForwardProblem::alpha,
+                                              &ForwardProblem::bias,   &ForwardProblem::gamma,   &ForwardProblem::h_in,
+                                              &ForwardProblem::h_post, &ForwardProblem::h_res,   &ForwardProblem::inv_rms,
+                                              &ForwardProblem::h_mix,  &ForwardProblem::h_pre};
+  for (auto t : tensors)
+    if (!(a.*t == b.*t)) return false;
+  return true;
+}
 
 inline float Strided::load(int64_t offset) const { return load_element(data, dtype, offset); }
 inline void Strided::store(int64_t offset, float value) const {

@@ -1,7 +1,7 @@
 // The forward's first phase asked again with the same aclTensors (an inference
-// loop's every step) answers from its last success on the thread (docs/aclnn.md):
-// these tests hold it to what a first phase over fresh handles gives, whatever
-// changed between the calls.
+// loop's every step) takes its plan from the thread's primitive cache
+// (docs/aclnn.md): these tests hold it to what a first phase over fresh handles
+// gives, whatever changed between the calls.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -141,9 +141,9 @@ TEST_P(RepeatedFirstPhase, ReadsTheThreadCountAgain) {
   if (fresh_sizes[0] != 0) EXPECT_NE(fresh_sizes[0], fresh_sizes[1]);
 }
 
-// Executors answered from one memo share its planned problem: each still runs
-// once, in any order, and destroying one leaves the others whole.
-TEST_P(RepeatedFirstPhase, ExecutorsOfOneMemoRunInAnyOrder) {
+// Executors of one cached primitive share it: each still runs once, in any
+// order, and destroying one leaves the others whole.
+TEST_P(RepeatedFirstPhase, ExecutorsOfOneCachedPrimitiveRunInAnyOrder) {
   const auto fresh = fresh_outputs(GetParam(), 1e-6, 1e-6, 0);
   OpCase c(GetParam());
   c.materialize();

@@ -27,7 +27,7 @@ constexpr uint64_t kAlignmentSlack = 64;
 
 struct Executor {
   const char* run_op;  // the only run call that may take this executor (a literal)
-  std::shared_ptr<const Problem> problem;
+  Problem problem;
   size_t core_bytes = 0;     // what mhc::ops::pre_*::run needs
   uint64_t asked_bytes = 0;  // what the first phase reported
   int threads = 1;           // the first phase's count, which sized the workspace
@@ -112,7 +112,7 @@ struct RunProblem {
   void* workspace;
   size_t bytes;
   int threads;
-  Status operator()(const ops::pre::forward::Primitive& p) const { return ops::pre::forward::run(p, workspace, bytes); }
+  Status operator()(const PreForward& p) const { return ops::pre::forward::run(*p.primitive, workspace, bytes); }
   Status operator()(const core::BackwardProblem& p) const {
     return ops::pre::backward::run(p, workspace, bytes, threads);
   }
@@ -142,7 +142,7 @@ aclnnStatus from_status(const char* op, const Status& status) {
   return fail(static_cast<aclnnStatus>(status.code()), std::string(op) + ": " + with_cann_names(status.message(), op));
 }
 
-aclnnStatus create_executor(const char* run_op, std::shared_ptr<const Problem> problem, size_t core_workspace_bytes,
+aclnnStatus create_executor(const char* run_op, Problem problem, size_t core_workspace_bytes,
                             uint64_t* workspace_size, aclOpExecutor** executor) {
   auto e = std::make_shared<Executor>();
   e->run_op = run_op;
@@ -151,18 +151,12 @@ aclnnStatus create_executor(const char* run_op, std::shared_ptr<const Problem> p
   e->asked_bytes = core_workspace_bytes == 0 ? 0 : core_workspace_bytes + kAlignmentSlack;
   // The faces size the workspace at the first phase's default count (an MhcPre
   // primitive carries its own); a count changed before the run would not fit it.
-  const auto* primitive = std::get_if<ops::pre::forward::Primitive>(e->problem.get());
-  e->threads = primitive != nullptr ? primitive->threads : ops::resolve_threads(0);
+  const auto* pre = std::get_if<PreForward>(&e->problem);
+  e->threads = pre != nullptr ? pre->primitive->threads : ops::resolve_threads(0);
   const uint64_t asked = e->asked_bytes;
   *executor = as_handle<aclOpExecutor>(executors().add(std::move(e)));
   *workspace_size = asked;
   return ACLNN_SUCCESS;
-}
-
-aclnnStatus create_executor(const char* run_op, Problem problem, size_t core_workspace_bytes,
-                            uint64_t* workspace_size, aclOpExecutor** executor) {
-  return create_executor(run_op, std::make_shared<const Problem>(std::move(problem)), core_workspace_bytes,
-                         workspace_size, executor);
 }
 
 aclnnStatus run_executor(const char* op, void* workspace, uint64_t workspace_size, aclOpExecutor* executor,
@@ -191,7 +185,7 @@ aclnnStatus run_executor(const char* op, void* workspace, uint64_t workspace_siz
     aligned = reinterpret_cast<void*>((base + kAlignmentSlack - 1) / kAlignmentSlack * kAlignmentSlack);
   }
   // The stream is synchronous: run now, on the calling thread and the pool.
-  const Status status = std::visit(RunProblem{aligned, e->core_bytes, e->threads}, *e->problem);
+  const Status status = std::visit(RunProblem{aligned, e->core_bytes, e->threads}, e->problem);
   return from_status(op, status);
 }
 

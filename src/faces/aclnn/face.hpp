@@ -256,15 +256,14 @@ struct PostBackward { core::PostProblem problem; };
 // A call CANN accepts and runs nothing for (its empty cases): the run phase
 // checks its arguments, writes nothing and frees the executor.
 struct NothingToRun {};
-using Problem = std::variant<ops::pre::forward::Primitive, core::BackwardProblem, SinkhornForward, SinkhornBackward,
+// MhcPre's primitive, shared with the primitive cache of the thread that made it.
+struct PreForward { std::shared_ptr<const ops::pre::forward::Primitive> primitive; };
+using Problem = std::variant<PreForward, core::BackwardProblem, SinkhornForward, SinkhornBackward,
                              PostForward, PostBackward, ops::pre_sinkhorn::ForwardProblem,
                              ops::pre_sinkhorn::BackwardProblem, NothingToRun>;
 
 // Registers an executor holding the validated problem (no reference to any
-// aclTensor; shared, never changed, so a first phase that answers again from its
-// memo hands out the same one) and reports the workspace the run phase needs.
-aclnnStatus create_executor(const char* run_op, std::shared_ptr<const Problem> problem, size_t core_workspace_bytes,
-                            uint64_t* workspace_size, aclOpExecutor** executor);
+// aclTensor) and reports the workspace the run phase needs.
 aclnnStatus create_executor(const char* run_op, Problem problem, size_t core_workspace_bytes,
                             uint64_t* workspace_size, aclOpExecutor** executor);
 // The run phase of `op`: checks the executor (live, made by `op`'s first

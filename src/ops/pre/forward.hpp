@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
 #include "core/problem.hpp"
 #include "kernels/pre_forward.hpp"
@@ -21,8 +22,7 @@ Status validate(const PreForwardInputs& in, const PreForwardOutputs& out, const 
                 core::ForwardProblem* problem, const Rules& rules = {});
 // A problem planned for a thread count (oneDNN's primitive): the kernels of its
 // family, the plan and the workspace size are fixed once, so a face that runs the
-// same problem again (aclnn's first phase asked again) only lays out the workspace
-// and runs.
+// same problem again only lays out the workspace and runs.
 struct Primitive {
   core::ForwardProblem problem;
   int threads = 1;
@@ -32,13 +32,16 @@ struct Primitive {
   bool staged = false;  // some tensor is gathered into or scattered from the workspace
   // The kernels' view of the problem's tensors (unless staged). Kept here, not
   // formed per call: a helper thread reads it from its own cache when the same
-  // primitive runs again (aclnn's memo), instead of from the caller's stack.
+  // primitive runs again (the primitive cache), instead of from the caller's stack.
   kernels::ForwardOperands operands;
   size_t workspace_bytes = 0;
 };
 
 // num_threads <= 0: the default count.
 Primitive make_primitive(const core::ForwardProblem& problem, int num_threads = 0);
+// The same from this thread's primitive cache (ops/primitive_cache.hpp): what every
+// face runs, so a problem asked again is not planned again.
+std::shared_ptr<const Primitive> cached_primitive(const core::ForwardProblem& problem, int num_threads = 0);
 // `workspace`: primitive.workspace_bytes bytes aligned to 64 (nullptr when 0).
 Status run(const Primitive& primitive, void* workspace, size_t workspace_bytes);
 

@@ -7,6 +7,7 @@
 #include "ops/isa.hpp"
 #include "ops/kernel_views.hpp"
 #include "ops/pre/forward_plan.hpp"
+#include "ops/primitive_cache.hpp"
 #include "ops/pre/forward.hpp"
 #include "ops/staging.hpp"
 #include "runtime/thread_pool.hpp"
@@ -89,6 +90,12 @@ Primitive make_primitive(const core::ForwardProblem& problem, int num_threads) {
   return primitive;
 }
 
+std::shared_ptr<const Primitive> cached_primitive(const core::ForwardProblem& problem, int num_threads) {
+  thread_local PrimitiveCache<core::ForwardProblem, Primitive> cache;
+  const int threads = resolve_threads(num_threads);
+  return cache.get(problem, threads, core::same_problem, [&] { return make_primitive(problem, threads); });
+}
+
 Status run(const Primitive& primitive, void* workspace, size_t workspace_bytes) {
   const Plan& plan = primitive.plan;
   if (Status s = workspace_error(primitive.workspace_bytes, workspace_bytes, workspace); !s.ok()) return s;
@@ -141,9 +148,9 @@ Status run(const core::ForwardProblem& problem, void* workspace, size_t workspac
 }
 
 Status run_in_thread_workspace(const core::ForwardProblem& problem, int num_threads) {
-  const Primitive primitive = make_primitive(problem, num_threads);
-  return in_thread_workspace(primitive.workspace_bytes, [&](void* workspace, size_t bytes) {
-    return run(primitive, workspace, bytes);
+  const std::shared_ptr<const Primitive> primitive = cached_primitive(problem, num_threads);
+  return in_thread_workspace(primitive->workspace_bytes, [&](void* workspace, size_t bytes) {
+    return run(*primitive, workspace, bytes);
   });
 }
 
