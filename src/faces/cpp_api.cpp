@@ -1,4 +1,5 @@
-// The C++ face: validate, get a workspace, run. Nothing else.
+// The C++ face: validate, get a workspace, run, for every operator the description
+// lists (src/description/operators.def). Nothing else.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -59,73 +60,27 @@ Status no_throw(Body&& body) {
 
 }  // namespace
 
-Status pre_forward(const PreForwardInputs& in, const PreForwardOutputs& out, const Options& options) {
+namespace {
+
+// Every described operator: validate into its problem, run it in the thread's
+// workspace (ops::operators::<name>, in the operator's folder).
+template <class Operator, class Inputs, class Outputs>
+Status run_operator(const Inputs& in, const Outputs& out, const Options& options) {
   return no_throw([&] {
-    core::ForwardProblem problem;
-    if (Status s = ops::pre::forward::validate(in, out, options, &problem); !s.ok()) return s;
-    return ops::pre::forward::run_in_thread_workspace(problem, options.num_threads);
+    typename Operator::Problem problem;
+    if (Status s = Operator::validate(in, out, options, &problem); !s.ok()) return s;
+    return Operator::run(problem, options.num_threads);
   });
 }
 
-Status pre_backward(const PreBackwardInputs& in, const PreBackwardOutputs& out,
-                    const Options& options) {
-  return no_throw([&] {
-    core::BackwardProblem problem;
-    if (Status s = ops::pre::backward::validate(in, out, options, &problem); !s.ok()) return s;
-    return ops::pre::backward::run_in_thread_workspace(problem, options.num_threads);
-  });
-}
+}  // namespace
 
-Status sinkhorn_forward(const SinkhornForwardInputs& in, const SinkhornForwardOutputs& out, const Options& options) {
-  return no_throw([&] {
-    core::SinkhornProblem problem;
-    if (Status s = ops::sinkhorn::validate_forward(in, out, options, &problem); !s.ok()) return s;
-    return ops::sinkhorn::run_forward_in_thread_workspace(problem, options.num_threads);
-  });
-}
-
-Status sinkhorn_backward(const SinkhornBackwardInputs& in, const SinkhornBackwardOutputs& out,
-                         const Options& options) {
-  return no_throw([&] {
-    core::SinkhornProblem problem;
-    if (Status s = ops::sinkhorn::validate_backward(in, out, options, &problem); !s.ok()) return s;
-    return ops::sinkhorn::run_backward_in_thread_workspace(problem, options.num_threads);
-  });
-}
-
-Status post_forward(const PostForwardInputs& in, const PostForwardOutputs& out, const Options& options) {
-  return no_throw([&] {
-    core::PostProblem problem;
-    if (Status s = ops::post::validate_forward(in, out, options, &problem); !s.ok()) return s;
-    return ops::post::run_forward_in_thread_workspace(problem, options.num_threads);
-  });
-}
-
-Status post_backward(const PostBackwardInputs& in, const PostBackwardOutputs& out, const Options& options) {
-  return no_throw([&] {
-    core::PostProblem problem;
-    if (Status s = ops::post::validate_backward(in, out, options, &problem); !s.ok()) return s;
-    return ops::post::run_backward_in_thread_workspace(problem, options.num_threads);
-  });
-}
-
-Status pre_sinkhorn_forward(const PreSinkhornForwardInputs& in, const PreSinkhornForwardOutputs& out,
-                            const Options& options) {
-  return no_throw([&] {
-    ops::pre_sinkhorn::ForwardProblem problem;
-    if (Status s = ops::pre_sinkhorn::validate_forward(in, out, options, &problem); !s.ok()) return s;
-    return ops::pre_sinkhorn::run_forward_in_thread_workspace(problem, options.num_threads);
-  });
-}
-
-Status pre_sinkhorn_backward(const PreSinkhornBackwardInputs& in, const PreSinkhornBackwardOutputs& out,
-                             const Options& options) {
-  return no_throw([&] {
-    ops::pre_sinkhorn::BackwardProblem problem;
-    if (Status s = ops::pre_sinkhorn::validate_backward(in, out, options, &problem); !s.ok()) return s;
-    return ops::pre_sinkhorn::run_backward_in_thread_workspace(problem, options.num_threads);
-  });
-}
+#define MHC_OPERATOR(name, Cpp, spec, cann, torch_npu, ARGS)                                \
+  Status name(const Cpp##Inputs& in, const Cpp##Outputs& out, const Options& options) { \
+    return run_operator<ops::operators::name>(in, out, options);                        \
+  }
+#include "description/operators.def"
+#undef MHC_OPERATOR
 
 const char* isa() { return ops::default_isa_name(); }
 Status set_isa(Isa isa) {

@@ -53,3 +53,16 @@ Status run(const core::ForwardProblem& problem, void* workspace, size_t workspac
 Status run_in_thread_workspace(const core::ForwardProblem& problem, int num_threads);
 
 }  // namespace mhc::ops::pre::forward
+
+// The described operators (src/description/operators.def) pre_forward: what the C++
+// face runs for each, by its description name.
+namespace mhc::ops::operators {
+
+struct pre_forward {
+  using Problem = core::ForwardProblem;
+  static Status validate(const PreForwardInputs& in, const PreForwardOutputs& out, const Options& options, Problem* problem) {
+    return pre::forward::validate(in, out, options, problem);
+  }
+  static Status run(const Problem& problem, int num_threads) { return pre::forward::run_in_thread_workspace(problem, num_threads); }
+};
+}  // namespace mhc::ops::operators
