@@ -81,8 +81,8 @@ class PostDriver {
   Bag make(const Problem& c) const { return layer::make_bag(c); }
   std::vector<std::string> outputs(const Problem&, Face) const { return layer::kOutputs; }
   std::vector<Face> faces(const Problem& c) const {
-    // aclnn takes bf16 / fp16 x, and gradX in x's dtype.
-    if (c.dtype == DType::fp32 || c.grad_x_fp32) return {Face::cpp, Face::c};
+    // aclnn takes bf16 / fp16 x, gradX in x's dtype, and (its backward) no empty tensor.
+    if (c.dtype == DType::fp32 || c.grad_x_fp32 || c.T() == 0) return {Face::cpp, Face::c};
     return {Face::cpp, Face::c, Face::aclnn};
   }
 

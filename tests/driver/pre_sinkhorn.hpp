@@ -128,8 +128,9 @@ class PreSinkhornDriver {
 
   Bag make(const Problem& c) const { return layer::make_bag(c); }
   std::vector<Face> faces(const Problem& c) const {
-    // aclnn: bf16 / fp16 x, caches of pitch N (CANN's layout) or none.
-    if (c.dtype == DType::fp32 || (c.pitch != 0 && c.pitch != c.N)) return {Face::cpp, Face::c};
+    // aclnn: bf16 / fp16 x, caches of pitch N (CANN's layout) or none; with an empty x
+    // it runs nothing (as CANN), where the other faces write the sums over no tokens.
+    if (c.dtype == DType::fp32 || (c.pitch != 0 && c.pitch != c.N) || c.T() == 0) return {Face::cpp, Face::c};
     return {Face::cpp, Face::c, Face::aclnn};
   }
   std::vector<std::string> outputs(const Problem& c, Face) const {

@@ -130,8 +130,9 @@ class SinkhornDriver {
 
   Bag make(const Problem& c) const { return layer::make_bag(c); }
   std::vector<Face> faces(const Problem& c) const {
-    // aclnn's caches have the pitch 8·ceil(N/8) and its backward reads them only.
-    if (c.pitch == 8 * ((c.N + 7) / 8)) return {Face::cpp, Face::c, Face::aclnn};
+    // aclnn's caches have the pitch 8·ceil(N/8), its backward reads them only, and
+    // its forward takes no empty x.
+    if (c.pitch == 8 * ((c.N + 7) / 8) && c.T() > 0) return {Face::cpp, Face::c, Face::aclnn};
     return {Face::cpp, Face::c};
   }
   std::vector<std::string> outputs(const Problem& c, Face face) const {
