@@ -103,10 +103,16 @@ LayerProblem generate_problem(Bytes& in, LayerOp op) {
   p.norm_eps = n < 9 ? eps[n] : 1e-6;
   static const int threads[] = {0, 1, 2, 3, 4, 7, -1, INT_MAX};
   p.threads = threads[in.pick(8)];
-  static const mhc::Isa isas[] = {mhc::Isa::automatic, mhc::Isa::automatic, mhc::Isa::automatic, mhc::Isa::automatic,
-                                  mhc::Isa::reference, mhc::Isa::portable,  mhc::Isa::avx2,      mhc::Isa::avx512,
-                                  mhc::Isa::amx,       mhc::Isa::automatic, mhc::Isa::automatic, mhc::Isa(42)};
-  p.isa = isas[in.pick(12)];
+  // Mostly the default; else every family the library names (this CPU's or not), or a value naming none.
+  static const std::vector<mhc::Isa> isas = [] {
+    std::vector<mhc::Isa> v(6, mhc::Isa::automatic);
+    for (int i = 0; i < 64; ++i)
+      if (mhc::Isa(i) != mhc::Isa::automatic && std::strcmp(mhc::isa_name(mhc::Isa(i)), "unknown") != 0)
+        v.push_back(mhc::Isa(i));
+    v.push_back(mhc::Isa(42));
+    return v;
+  }();
+  p.isa = isas[in.pick(isas.size())];
   // Keep accepted calls small (the oracle reruns them, serially for the reference).
   const int64_t steps = std::clamp<int64_t>(p.I, 1, 200);
   auto too_big = [&] {
