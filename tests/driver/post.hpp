@@ -123,7 +123,8 @@ class PostDriver {
         {"grad_h_post", {D, DType::fp32}}};
     Expectations e;
     for (auto& [name, out] : all) {
-      const auto [n, dtype] = rounding.at(name);
+      const int64_t n = rounding.at(name).first;  // (not a structured binding: lambdas capture it below)
+      const DType dtype = rounding.at(name).second;
       const double gamma_n = double(n) * kU / (1.0 - double(n) * kU);
       auto magnitude = std::make_shared<const std::vector<double>>(std::move(out.magnitude));
       auto want = std::make_shared<const std::vector<double>>(out.want);
