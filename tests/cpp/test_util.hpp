@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/families.hpp"
 #include "driver/pre_problem.hpp"
 #include "kernels/registry.hpp"
 #include "mhc/mhc.h"
@@ -39,14 +40,6 @@ inline bool reference_selected() { return std::string(mhc::isa()) == "reference"
 // Every family this build and CPU run, best first.
 inline std::vector<mhc::Isa> available_families() { return mhc::available_isas(); }
 
-// The families a suite that checks each family in turn runs: every one this CPU runs,
-// or only the one MHC_ISA names (a slow emulated CPU asks for its own family alone:
-// the others run the same instructions on another CPU, scripts/test_arm64.sh).
-inline std::vector<mhc::Isa> families_under_test() {
-  mhc::Isa named;
-  if (const char* env = std::getenv("MHC_ISA"); env != nullptr && mhc::isa_from_name(env, &named)) return {named};
-  return available_families();
-}
 
 using mhc::DType;
 using mhc::TensorView;

@@ -31,6 +31,7 @@
 
 #include "acl/acl.h"
 #include "common/described_call.hpp"
+#include "common/families.hpp"
 #include "common/host_tensor.hpp"
 
 namespace mhc_test::driver {
@@ -39,15 +40,27 @@ namespace mhc_test::driver {
 enum class Face { cpp, c, aclnn };
 inline const char* face_name(Face f) { return f == Face::cpp ? "C++" : f == Face::c ? "C" : "aclnn"; }
 
-// What one output must be. Elementwise when `bound` is set: |got[i] − want[i]| <=
-// bound(i, got[i]); otherwise normwise: ||got − want|| / ||want|| <= normwise over
-// each run of `group` elements (0: the whole tensor), normwise[k] being run k's bound.
+// What one output must be. Elementwise when `bound` is given: |got[i] − want[i]| <=
+// bound[i], plus, for an fp32 result stored in the 16-bit dtype `rounded_to`, half an
+// ulp of it at max(|got[i]|, |want[i]|) + bound[i]; otherwise normwise:
+// ||got − want|| / ||want|| <= normwise[k] over run k of `group` elements (0: the whole tensor).
 struct Expectation {
   std::vector<double> want;
-  std::function<double(size_t, double)> bound;
+  std::vector<double> bound;
+  DType rounded_to = DType::fp32;
   std::vector<double> normwise;
   int64_t group = 0;
 };
+inline Expectation elementwise(std::vector<double> want, std::vector<double> bound, DType rounded_to = DType::fp32) {
+  Expectation e;
+  e.want = std::move(want), e.bound = std::move(bound), e.rounded_to = rounded_to;
+  return e;
+}
+inline Expectation normwise(std::vector<double> want, double bound) {
+  Expectation e;
+  e.want = std::move(want), e.normwise = {bound};
+  return e;
+}
 using Expectations = std::map<std::string, Expectation>;
 
 // The worst error / bound of each output over every run, and what failed.
@@ -146,10 +159,12 @@ inline void compare(const std::string& name, const Tensor& got, const Expectatio
   }
   double& worst = report.worst[name];
   char line[256];
-  if (e.bound) {
+  if (!e.bound.empty()) {
     int failures = 0;
     for (size_t i = 0; i < e.want.size(); ++i) {
-      const double g = got.get(int64_t(i)), err = std::fabs(g - e.want[i]), bound = e.bound(i, g);
+      const double g = got.get(int64_t(i)), err = std::fabs(g - e.want[i]);
+      const double at = std::max(std::fabs(g), std::fabs(e.want[i])) + e.bound[i];
+      const double bound = e.bound[i] + (e.rounded_to == DType::fp32 ? 0.0 : 0.5 * ulp_of(e.rounded_to, at));
       worst = std::max(worst, bound > 0 ? err / bound : (err > 0 ? INFINITY : 0.0));
       if (!(err <= bound) && ++failures <= 3) {
         std::snprintf(line, sizeof line, "[%zu]: %.17g vs float64 %.17g, error %.3g > bound %.3g", i, g, e.want[i],
@@ -175,33 +190,26 @@ inline void compare(const std::string& name, const Tensor& got, const Expectatio
   }
 }
 
-// The families a check runs: every one this build and CPU run, or only the one
-// MHC_ISA names (the full tier's per-family processes; an emulated CPU's own).
-inline std::vector<mhc::Isa> families_to_check() {
-  mhc::Isa named;
-  if (const char* env = std::getenv("MHC_ISA"); env != nullptr && mhc::isa_from_name(env, &named)) return {named};
-  return mhc::available_isas();
-}
-
 // The problem through every face on every family to check. aclnn takes no
 // options: it runs the default family (MHC_ISA or the best), once.
 template <class Driver, class Problem>
 Report check(const Driver& driver, const Problem& p) {
   Report report;
-  Bag inputs = driver.make(p);
+  const Bag pristine = driver.make(p);  // every run starts from a copy of it
+  Bag inputs = pristine;
   const Expectations expected = driver.reference(p, inputs);
   mhc::Isa default_family = mhc::Isa::reference;
   if (!mhc::isa_from_name(mhc::isa(), &default_family)) report.fail(std::string("unknown family ") + mhc::isa());
   std::map<std::string, std::vector<uint32_t>> first_bits;
   std::string first_where;
-  for (mhc::Isa isa : families_to_check()) {
+  for (mhc::Isa isa : families_under_test()) {
     std::map<std::string, std::vector<uint32_t>> family_bits;
     std::string family_where;
     for (Face face : driver.faces(p)) {
       if (face == Face::aclnn && isa != default_family) continue;
       const std::string where = std::string(mhc::isa_name(isa)) + " through " + face_name(face);
       report.runs.push_back(where);
-      Bag b = driver.make(p);
+      Bag b = pristine;
       const mhc::Status s = driver.run(face, p, b, options_for(isa));
       if (!s.ok()) {
         report.fail(where + ": " + s.message());

@@ -3,8 +3,6 @@
 // reference (kernels/reference/post.hpp) within the rounding of SPEC's fp32 order.
 #pragma once
 
-#include <memory>
-
 #include "aclnnop/aclnn_mhc_post.h"
 #include "aclnnop/aclnn_mhc_post_backward.h"
 #include "driver/driver.hpp"
@@ -123,17 +121,10 @@ class PostDriver {
         {"grad_h_post", {D, DType::fp32}}};
     Expectations e;
     for (auto& [name, out] : all) {
-      const int64_t n = rounding.at(name).first;  // (not a structured binding: lambdas capture it below)
-      const DType dtype = rounding.at(name).second;
+      const auto& [n, dtype] = rounding.at(name);
       const double gamma_n = double(n) * kU / (1.0 - double(n) * kU);
-      auto magnitude = std::make_shared<const std::vector<double>>(std::move(out.magnitude));
-      auto want = std::make_shared<const std::vector<double>>(out.want);
-      e[name].want = std::move(out.want);
-      e[name].bound = [=](size_t i, double got) {
-        const double fp32_err = gamma_n * (*magnitude)[i];
-        const double at = std::max(std::fabs(got), std::fabs((*want)[i])) + fp32_err;
-        return fp32_err + (dtype == DType::fp32 ? 0.0 : 0.5 * ulp_of(dtype, at));
-      };
+      for (double& m : out.magnitude) m *= gamma_n;  // the fp32 error bound
+      e[name] = elementwise(std::move(out.want), std::move(out.magnitude), dtype);
     }
     return e;
   }

@@ -5,8 +5,6 @@
 // and face reads the same inputs, so its reference is computed once too.
 #pragma once
 
-#include <memory>
-
 #include "aclnnop/aclnn_mhc_pre.h"
 #include "aclnnop/aclnn_mhc_pre_backward.h"
 #include "driver/pre_problem.hpp"
@@ -52,18 +50,8 @@ inline mhc::kernels::reference::ForwardInputs64 forward64(const Config& c, Bag& 
 }
 // |got − truth| <= max(ulp(dtype, truth), kPreTerms · magnitude), elementwise.
 inline Expectation within_terms(std::vector<double> truth, std::vector<double> magnitude, DType dtype) {
-  Expectation e;
-  auto m = std::make_shared<const std::vector<double>>(std::move(magnitude));
-  auto t = std::make_shared<const std::vector<double>>(truth);
-  e.want = std::move(truth);
-  e.bound = [m, t, dtype](size_t i, double) { return std::max(ulp_of(dtype, (*t)[i]), kPreTerms * (*m)[i]); };
-  return e;
-}
-inline Expectation normwise(std::vector<double> truth) {
-  Expectation e;
-  e.want = std::move(truth);
-  e.normwise = {kPreNormwise};
-  return e;
+  for (size_t i = 0; i < truth.size(); ++i) magnitude[i] = std::max(ulp_of(dtype, truth[i]), kPreTerms * magnitude[i]);
+  return elementwise(std::move(truth), std::move(magnitude));
 }
 
 class PreForwardDriver {
@@ -87,11 +75,11 @@ class PreForwardDriver {
   Expectations reference(const Problem& c, Bag& b) const {
     const auto f = mhc::kernels::reference::forward(forward64(c, b));
     Expectations e = {{"h_in", within_terms(f.h_in, f.h_in_magnitude, c.dtype)},
-                      {"h_post", normwise(f.h_post)},
-                      {"h_res", normwise(f.h_res)},
-                      {"inv_rms", normwise(f.inv_rms)},
-                      {"h_mix", normwise(f.h_mix)},
-                      {"h_pre", normwise(f.h_pre)}};
+                      {"h_post", normwise(f.h_post, kPreNormwise)},
+                      {"h_res", normwise(f.h_res, kPreNormwise)},
+                      {"inv_rms", normwise(f.inv_rms, kPreNormwise)},
+                      {"h_mix", normwise(f.h_mix, kPreNormwise)},
+                      {"h_pre", normwise(f.h_pre, kPreNormwise)}};
     return e;
   }
   // Caches not asked for are not written.
@@ -222,10 +210,10 @@ class PreBackwardDriver {
     in.hc_eps = c.hc_eps;
     const auto g = mhc::kernels::reference::backward(in);
     return {{"grad_x", within_terms(g.grad_x, grad_x_magnitudes(in), c.dtype)},
-            {"grad_phi", normwise(g.grad_phi)},
-            {"grad_alpha", normwise(g.grad_alpha)},
-            {"grad_bias", normwise(g.grad_bias)},
-            {"grad_gamma", normwise(g.grad_gamma)}};
+            {"grad_phi", normwise(g.grad_phi, kPreNormwise)},
+            {"grad_alpha", normwise(g.grad_alpha, kPreNormwise)},
+            {"grad_bias", normwise(g.grad_bias, kPreNormwise)},
+            {"grad_gamma", normwise(g.grad_gamma, kPreNormwise)}};
   }
 
   mhc::Status run(Face face, const Problem& c, Bag& b, const mhc::Options& base) const {

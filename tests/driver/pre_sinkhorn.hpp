@@ -181,10 +181,7 @@ class PreSinkhornDriver {
     want["grad_x"] = g.grad_x, want["grad_phi"] = g.grad_phi, want["grad_alpha"] = g.grad_alpha;
     want["grad_bias"] = g.grad_bias;
     Expectations e;
-    for (auto& [name, w] : want) {
-      e[name].want = std::move(w);
-      e[name].normwise = {bound_for(name, c.dtype)};
-    }
+    for (auto& [name, w] : want) e[name] = normwise(std::move(w), bound_for(name, c.dtype));
     return e;
   }
 

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <algorithm>
-#include <memory>
 
 #include "aclnnop/aclnn_mhc_sinkhorn.h"
 #include "aclnnop/aclnn_mhc_sinkhorn_backward.h"
@@ -174,13 +173,9 @@ class SinkhornDriver {
       grad.insert(grad.end(), gz.begin(), gz.end());
       grad_bounds.push_back(sinkhorn_grad_bound(c, spread));
     }
-    auto elementwise = [](std::vector<double> bounds) {
-      auto held = std::make_shared<const std::vector<double>>(std::move(bounds));
-      return [held](size_t i, double) { return (*held)[i]; };
-    };
-    e["h_res"].bound = elementwise(std::move(h_bound));
-    e["norm_out"].bound = elementwise(std::move(norm_bound));
-    e["sum_out"].bound = elementwise(std::move(sum_bound));
+    e["h_res"].bound = std::move(h_bound);
+    e["norm_out"].bound = std::move(norm_bound);
+    e["sum_out"].bound = std::move(sum_bound);
     for (const char* name : {"grad_z", "grad_z_from_z"}) {
       e[name].want = grad;
       e[name].normwise = grad_bounds;
