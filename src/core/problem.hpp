@@ -5,7 +5,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
 #include "core/dtype.hpp"
 #include "mhc/mhc.hpp"
@@ -70,6 +69,9 @@ struct ForwardProblem {
   Strided inv_rms;  // [B,S]   } all three
   Strided h_mix;    // [B,S,F] } or
   Strided h_pre;    // [B,S,N] } none
+  // The same problem, every field (a primitive cache's key). The eps compare by
+  // value: -0 and +0 give the same results, and a NaN never matches (no hit).
+  bool operator==(const ForwardProblem&) const = default;
 };
 
 struct BackwardProblem {
@@ -97,20 +99,6 @@ struct BackwardProblem {
   Strided grad_bias;    // [F]
   Strided grad_gamma;   // [N,D] or absent
 };
-
-inline bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
-// The same problem: every field, eps by its bits (a primitive cache's key).
-inline bool same_problem(const ForwardProblem& a, const ForwardProblem& b) {
-  if (!(a.dims == b.dims) || a.isa != b.isa || a.hf32 != b.hf32 || !same_bits(a.norm_eps, b.norm_eps) || !same_bits(a.hc_eps, b.hc_eps))
-    return false;
-  const Strided ForwardProblem::*tensors[] = {&ForwardProblem::x,      &ForwardProblem::phi,     &ForwardProblem::alpha,
-                                              &ForwardProblem::bias,   &ForwardProblem::gamma,   &ForwardProblem::h_in,
-                                              &ForwardProblem::h_post, &ForwardProblem::h_res,   &ForwardProblem::inv_rms,
-                                              &ForwardProblem::h_mix,  &ForwardProblem::h_pre};
-  for (auto t : tensors)
-    if (!(a.*t == b.*t)) return false;
-  return true;
-}
 
 inline float Strided::load(int64_t offset) const { return load_element(data, dtype, offset); }
 inline void Strided::store(int64_t offset, float value) const {

@@ -1,6 +1,6 @@
 // Each thread's most recent primitives (oneDNN's primitive cache), keyed by the
-// problem they were made from (every field, the data pointers and the eps bits
-// included) and the thread count: every face that runs the same problem again (a
+// problem they were made from (every field, the data pointers included) and the
+// thread count: every face that runs the same problem again (a
 // decode loop over the same buffers, aclnn's first phase asked again) reuses the
 // plan instead of making it (mhc-bench decode, T=1). Per thread, so no lock, and a
 // primitive is shared (shared_ptr) with the executors that hold it. A primitive

@@ -58,7 +58,7 @@ TEST(PrimitiveCache, MhcPreProblemsDifferingInAnyFieldGetTheirOwnPrimitive) {
   auto differs = [&](auto change, const char* what) {
     mhc::core::ForwardProblem other = base;
     change(other);
-    EXPECT_FALSE(mhc::core::same_problem(base, other)) << what;
+    EXPECT_FALSE(base == other) << what;
     EXPECT_NE(cached_primitive(other, 2), first) << what;
   };
   differs([](auto& p) { p.x.data = static_cast<char*>(p.x.data) + 2; }, "x's data");

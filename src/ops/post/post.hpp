@@ -4,6 +4,7 @@
 
 #include <cstddef>
 
+#include "ops/described.hpp"
 #include "core/post_problem.hpp"
 #include "mhc/mhc.hpp"
 
@@ -29,22 +30,8 @@ Status run_backward_in_thread_workspace(const core::PostProblem& problem, int nu
 
 }  // namespace mhc::ops::post
 
-// The described operators (src/description/operators.def) post_forward and post_backward: what the C++
-// face runs for each, by its description name.
-namespace mhc::ops::operators {
-
-struct post_forward {
-  using Problem = core::PostProblem;
-  static Status validate(const PostForwardInputs& in, const PostForwardOutputs& out, const Options& options, Problem* problem) {
-    return post::validate_forward(in, out, options, problem);
-  }
-  static Status run(const Problem& problem, int num_threads) { return post::run_forward_in_thread_workspace(problem, num_threads); }
-};
-struct post_backward {
-  using Problem = core::PostProblem;
-  static Status validate(const PostBackwardInputs& in, const PostBackwardOutputs& out, const Options& options, Problem* problem) {
-    return post::validate_backward(in, out, options, problem);
-  }
-  static Status run(const Problem& problem, int num_threads) { return post::run_backward_in_thread_workspace(problem, num_threads); }
-};
-}  // namespace mhc::ops::operators
+// The operator's hook for the C++ face (ops/described.hpp).
+MHC_DESCRIBED_OPERATOR(post_forward, core::PostProblem, PostForward, post::validate_forward,
+                       post::run_forward_in_thread_workspace)
+MHC_DESCRIBED_OPERATOR(post_backward, core::PostProblem, PostBackward, post::validate_backward,
+                       post::run_backward_in_thread_workspace)

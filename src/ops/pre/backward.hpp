@@ -4,6 +4,7 @@
 
 #include <cstddef>
 
+#include "ops/described.hpp"
 #include "core/problem.hpp"
 #include "mhc/mhc.hpp"
 
@@ -24,15 +25,6 @@ Status run_in_thread_workspace(const core::BackwardProblem& problem, int num_thr
 
 }  // namespace mhc::ops::pre::backward
 
-// The described operators (src/description/operators.def) pre_backward: what the C++
-// face runs for each, by its description name.
-namespace mhc::ops::operators {
-
-struct pre_backward {
-  using Problem = core::BackwardProblem;
-  static Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out, const Options& options, Problem* problem) {
-    return pre::backward::validate(in, out, options, problem);
-  }
-  static Status run(const Problem& problem, int num_threads) { return pre::backward::run_in_thread_workspace(problem, num_threads); }
-};
-}  // namespace mhc::ops::operators
+// The operator's hook for the C++ face (ops/described.hpp).
+MHC_DESCRIBED_OPERATOR(pre_backward, core::BackwardProblem, PreBackward, pre::backward::validate,
+                       pre::backward::run_in_thread_workspace)

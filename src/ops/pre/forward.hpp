@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 
+#include "ops/described.hpp"
 #include "core/problem.hpp"
 #include "kernels/pre_forward.hpp"
 #include "mhc/mhc.hpp"
@@ -54,15 +55,6 @@ Status run_in_thread_workspace(const core::ForwardProblem& problem, int num_thre
 
 }  // namespace mhc::ops::pre::forward
 
-// The described operators (src/description/operators.def) pre_forward: what the C++
-// face runs for each, by its description name.
-namespace mhc::ops::operators {
-
-struct pre_forward {
-  using Problem = core::ForwardProblem;
-  static Status validate(const PreForwardInputs& in, const PreForwardOutputs& out, const Options& options, Problem* problem) {
-    return pre::forward::validate(in, out, options, problem);
-  }
-  static Status run(const Problem& problem, int num_threads) { return pre::forward::run_in_thread_workspace(problem, num_threads); }
-};
-}  // namespace mhc::ops::operators
+// The operator's hook for the C++ face (ops/described.hpp).
+MHC_DESCRIBED_OPERATOR(pre_forward, core::ForwardProblem, PreForward, pre::forward::validate,
+                       pre::forward::run_in_thread_workspace)

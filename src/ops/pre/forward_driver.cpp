@@ -2,6 +2,7 @@
 // of tensors that do not fit the kernels' views, then the preparation's parts
 // and the token items on the thread pool.
 #include <algorithm>
+#include <functional>
 
 #include "ops/call_resources.hpp"
 #include "ops/isa.hpp"
@@ -93,7 +94,7 @@ Primitive make_primitive(const core::ForwardProblem& problem, int num_threads) {
 std::shared_ptr<const Primitive> cached_primitive(const core::ForwardProblem& problem, int num_threads) {
   thread_local PrimitiveCache<core::ForwardProblem, Primitive> cache;
   const int threads = resolve_threads(num_threads);
-  return cache.get(problem, threads, core::same_problem, [&] { return make_primitive(problem, threads); });
+  return cache.get(problem, threads, std::equal_to<>(), [&] { return make_primitive(problem, threads); });
 }
 
 Status run(const Primitive& primitive, void* workspace, size_t workspace_bytes) {
@@ -140,11 +141,11 @@ Status run(const Primitive& primitive, void* workspace, size_t workspace_bytes) 
 }
 
 size_t workspace_bytes(const core::ForwardProblem& problem, int num_threads) {
-  return make_primitive(problem, num_threads).workspace_bytes;
+  return cached_primitive(problem, num_threads)->workspace_bytes;
 }
 
 Status run(const core::ForwardProblem& problem, void* workspace, size_t workspace_bytes, int num_threads) {
-  return run(make_primitive(problem, num_threads), workspace, workspace_bytes);
+  return run(*cached_primitive(problem, num_threads), workspace, workspace_bytes);
 }
 
 Status run_in_thread_workspace(const core::ForwardProblem& problem, int num_threads) {

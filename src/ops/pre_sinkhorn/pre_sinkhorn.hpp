@@ -5,6 +5,7 @@
 
 #include <cstddef>
 
+#include "ops/described.hpp"
 #include "core/problem.hpp"
 #include "core/sinkhorn_problem.hpp"
 #include "mhc/mhc.hpp"
@@ -44,22 +45,8 @@ Status run_backward_in_thread_workspace(const BackwardProblem& problem, int num_
 
 }  // namespace mhc::ops::pre_sinkhorn
 
-// The described operators (src/description/operators.def) pre_sinkhorn_forward and pre_sinkhorn_backward: what the C++
-// face runs for each, by its description name.
-namespace mhc::ops::operators {
-
-struct pre_sinkhorn_forward {
-  using Problem = pre_sinkhorn::ForwardProblem;
-  static Status validate(const PreSinkhornForwardInputs& in, const PreSinkhornForwardOutputs& out, const Options& options, Problem* problem) {
-    return pre_sinkhorn::validate_forward(in, out, options, problem);
-  }
-  static Status run(const Problem& problem, int num_threads) { return pre_sinkhorn::run_forward_in_thread_workspace(problem, num_threads); }
-};
-struct pre_sinkhorn_backward {
-  using Problem = pre_sinkhorn::BackwardProblem;
-  static Status validate(const PreSinkhornBackwardInputs& in, const PreSinkhornBackwardOutputs& out, const Options& options, Problem* problem) {
-    return pre_sinkhorn::validate_backward(in, out, options, problem);
-  }
-  static Status run(const Problem& problem, int num_threads) { return pre_sinkhorn::run_backward_in_thread_workspace(problem, num_threads); }
-};
-}  // namespace mhc::ops::operators
+// The operator's hook for the C++ face (ops/described.hpp).
+MHC_DESCRIBED_OPERATOR(pre_sinkhorn_forward, pre_sinkhorn::ForwardProblem, PreSinkhornForward, pre_sinkhorn::validate_forward,
+                       pre_sinkhorn::run_forward_in_thread_workspace)
+MHC_DESCRIBED_OPERATOR(pre_sinkhorn_backward, pre_sinkhorn::BackwardProblem, PreSinkhornBackward, pre_sinkhorn::validate_backward,
+                       pre_sinkhorn::run_backward_in_thread_workspace)

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 
+#include "ops/described.hpp"
 #include "core/sinkhorn_problem.hpp"
 #include "mhc/mhc.hpp"
 
@@ -34,22 +35,8 @@ Status run_backward_in_thread_workspace(const core::SinkhornProblem& problem, in
 
 }  // namespace mhc::ops::sinkhorn
 
-// The described operators (src/description/operators.def) sinkhorn_forward and sinkhorn_backward: what the C++
-// face runs for each, by its description name.
-namespace mhc::ops::operators {
-
-struct sinkhorn_forward {
-  using Problem = core::SinkhornProblem;
-  static Status validate(const SinkhornForwardInputs& in, const SinkhornForwardOutputs& out, const Options& options, Problem* problem) {
-    return sinkhorn::validate_forward(in, out, options, problem);
-  }
-  static Status run(const Problem& problem, int num_threads) { return sinkhorn::run_forward_in_thread_workspace(problem, num_threads); }
-};
-struct sinkhorn_backward {
-  using Problem = core::SinkhornProblem;
-  static Status validate(const SinkhornBackwardInputs& in, const SinkhornBackwardOutputs& out, const Options& options, Problem* problem) {
-    return sinkhorn::validate_backward(in, out, options, problem);
-  }
-  static Status run(const Problem& problem, int num_threads) { return sinkhorn::run_backward_in_thread_workspace(problem, num_threads); }
-};
-}  // namespace mhc::ops::operators
+// The operator's hook for the C++ face (ops/described.hpp).
+MHC_DESCRIBED_OPERATOR(sinkhorn_forward, core::SinkhornProblem, SinkhornForward, sinkhorn::validate_forward,
+                       sinkhorn::run_forward_in_thread_workspace)
+MHC_DESCRIBED_OPERATOR(sinkhorn_backward, core::SinkhornProblem, SinkhornBackward, sinkhorn::validate_backward,
+                       sinkhorn::run_backward_in_thread_workspace)
