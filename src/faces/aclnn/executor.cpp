@@ -51,19 +51,20 @@ struct Rename {
   const char* cann;
 };
 struct AclnnNames {
-  std::string cann_op;                        // "aclnnMhcSinkhorn"
-  std::vector<Rename> own, common;
+  std::vector<std::pair<std::string, std::vector<Rename>>> own;  // by CANN operator name ("aclnnMhcSinkhorn")
+  std::vector<Rename> common;
 };
-const std::vector<AclnnNames>& aclnn_names() {
-  static const std::vector<AclnnNames> table = [] {
+const AclnnNames& aclnn_names() {
+  static const AclnnNames table = [] {
     std::map<std::string, std::vector<Rename>> renames;
 #define MHC_ACLNN_RENAME(own, cann) {#own, #cann},
 #define MHC_ACLNN_NAMES(op, RENAMES) renames[#op] = {RENAMES(MHC_ACLNN_RENAME)};
 #include "description/operators.def"
 #undef MHC_ACLNN_NAMES
 #undef MHC_ACLNN_RENAME
-    std::vector<AclnnNames> t;
-#define MHC_OPERATOR(name, Cpp, spec, cann, torch_npu, ARGS) t.push_back({cann, renames[#name], renames["common"]});
+    AclnnNames t;
+    t.common = renames["common"];
+#define MHC_OPERATOR(name, Cpp, spec, cann, torch_npu, ARGS) t.own.emplace_back(cann, renames[#name]);
 #include "description/operators.def"
 #undef MHC_OPERATOR
     return t;
@@ -72,24 +73,24 @@ const std::vector<AclnnNames>& aclnn_names() {
 }
 
 // `op` is an entry point (aclnnMhcPreV2GetWorkspaceSize): its operator is the
-// described one whose CANN name is its longest prefix.
-const AclnnNames* names_of(const std::string& op) {
-  const AclnnNames* best = nullptr;
-  for (const AclnnNames& n : aclnn_names())
-    if (op.rfind(n.cann_op, 0) == 0 && (best == nullptr || n.cann_op.size() > best->cann_op.size())) best = &n;
-  return best;
+// described one whose CANN name is its longest prefix; nullptr when none is.
+const std::vector<Rename>* own_names_of(const std::string& op) {
+  const std::pair<std::string, std::vector<Rename>>* best = nullptr;
+  for (const auto& entry : aclnn_names().own)
+    if (op.rfind(entry.first, 0) == 0 && (best == nullptr || entry.first.size() > best->first.size())) best = &entry;
+  return best != nullptr ? &best->second : nullptr;
 }
 
 std::string with_cann_names(const std::string& message, const char* op) {
-  const AclnnNames* names = names_of(op);
-  auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  const std::vector<Rename>* own = own_names_of(op);
   auto rename = [&](const std::string& word) -> const char* {
-    if (names == nullptr) return nullptr;
-    for (const std::vector<Rename>* list : {&names->own, &names->common})
+    if (own == nullptr) return nullptr;
+    for (const std::vector<Rename>* list : {own, &aclnn_names().common})
       for (const Rename& r : *list)
         if (word == r.own) return r.cann;
     return nullptr;
   };
+  auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
   std::string out;
   for (size_t i = 0; i < message.size();) {
     if (!is_word(message[i])) {
