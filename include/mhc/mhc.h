@@ -139,6 +139,30 @@ MHC_API int mhc_pre_sinkhorn_backward(const mhc_tensor *grad_h_in, const mhc_ten
                                       const mhc_tensor *grad_alpha, const mhc_tensor *grad_bias,
                                       const mhc_options *options /* nullable: defaults */);
 
+/* MhcPreSinglePass (SPEC §14). pre_mix NULL: the first site (h_in = stream 0). */
+MHC_API int mhc_pre_single_pass_forward(const mhc_tensor *x, const mhc_tensor *phi, const mhc_tensor *alpha,
+                                        const mhc_tensor *bias, const mhc_tensor *gamma /* nullable */,
+                                        const mhc_tensor *pre_mix /* nullable */, double sinkhorn_eps,
+                                        int64_t num_iters, const mhc_tensor *h_in, const mhc_tensor *h_pre,
+                                        const mhc_tensor *h_post, const mhc_tensor *h_res,
+                                        const mhc_tensor *inv_rms, const mhc_tensor *h_mix,
+                                        const mhc_options *options /* nullable: defaults */);
+MHC_API int mhc_pre_single_pass_backward(
+    const mhc_tensor *x, const mhc_tensor *phi, const mhc_tensor *alpha, const mhc_tensor *bias,
+    const mhc_tensor *gamma /* nullable */, const mhc_tensor *pre_mix /* nullable */, const mhc_tensor *grad_h_in,
+    const mhc_tensor *grad_h_pre /* nullable */, const mhc_tensor *grad_h_post, const mhc_tensor *grad_h_res,
+    const mhc_tensor *inv_rms, const mhc_tensor *h_mix, const mhc_tensor *h_pre, const mhc_tensor *h_post,
+    const mhc_tensor *grad_x_post /* nullable */, double sinkhorn_eps, int64_t num_iters, const mhc_tensor *grad_x,
+    const mhc_tensor *grad_pre_mix /* nullable; needs pre_mix */, const mhc_tensor *grad_phi,
+    const mhc_tensor *grad_alpha, const mhc_tensor *grad_bias, const mhc_tensor *grad_gamma /* iff gamma */,
+    const mhc_options *options /* nullable: defaults */);
+/* MhcCollapse (SPEC §14) and its backward. */
+MHC_API int mhc_collapse_forward(const mhc_tensor *x, const mhc_tensor *pre_mix, const mhc_tensor *h,
+                                 const mhc_options *options /* nullable: defaults */);
+MHC_API int mhc_collapse_backward(const mhc_tensor *grad_h, const mhc_tensor *x, const mhc_tensor *pre_mix,
+                                  const mhc_tensor *grad_x, const mhc_tensor *grad_pre_mix,
+                                  const mhc_options *options /* nullable: defaults */);
+
 /* What each operator function above takes, in order, for bindings that build their
    prototypes at run time (the Python package does); made from the same description
    (src/description/operators.def) as the functions themselves. */

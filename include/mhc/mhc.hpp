@@ -251,6 +251,72 @@ struct PreSinkhornBackwardOutputs {
 MHC_API Status pre_sinkhorn_backward(const PreSinkhornBackwardInputs& in, const PreSinkhornBackwardOutputs& out,
                                      const Options& options = {});
 
+// MhcPreSinglePass (SPEC §14), DeepSeek-V4.1's site: MhcPre's maps (gamma optional,
+// alpha [3], R = N*N), the Sinkhorn on z_res (sinkhorn_eps, num_iters), and h_in
+// collapsed with the carried pre_mix p (the previous site's h_pre), not the site's
+// own h_pre. pre_mix absent: the model's first site, h_in = x's stream 0 exactly.
+struct PreSinglePassForwardInputs {
+  TensorView x, phi, alpha, bias;
+  std::optional<TensorView> gamma;    // [N, D]; absent = ones (V4.1 has none)
+  std::optional<TensorView> pre_mix;  // [.., N] fp32; absent = the first site
+  double sinkhorn_eps = 1e-6;
+  int64_t num_iters = 20;
+};
+struct PreSinglePassForwardOutputs {
+  TensorView h_in;     // [.., D], x's dtype
+  TensorView h_pre;    // [.., N]: the next site's pre_mix (and a cache)
+  TensorView h_post;   // [.., N]
+  TensorView h_res;    // [.., N, N] or [.., N*N]: the Sinkhorn's H
+  TensorView inv_rms;  // [..]      } the backward's caches
+  TensorView h_mix;    // [.., F]   }
+};
+MHC_API Status pre_single_pass_forward(const PreSinglePassForwardInputs& in, const PreSinglePassForwardOutputs& out,
+                                       const Options& options = {});
+
+// Its backward: the Sinkhorn's backward recomputed from z_res (formed again from the
+// caches), then MhcPreBackward with g_pre = grad_h_pre and the collapse's terms taken
+// with pre_mix. grad_pre_mix is written when given (it needs pre_mix).
+struct PreSinglePassBackwardInputs {
+  TensorView x, phi, alpha, bias;
+  std::optional<TensorView> gamma, pre_mix;
+  TensorView grad_h_in;                   // [.., D], x's dtype
+  std::optional<TensorView> grad_h_pre;   // [.., N]; absent = 0
+  TensorView grad_h_post;                 // [.., N]
+  TensorView grad_h_res;                  // [.., N, N] or [.., N*N]: dL/dH
+  TensorView inv_rms, h_mix, h_pre, h_post;  // the forward's
+  std::optional<TensorView> grad_x_post;  // x's shape; x's dtype or fp32; absent = 0
+  double sinkhorn_eps = 1e-6;
+  int64_t num_iters = 20;
+};
+struct PreSinglePassBackwardOutputs {
+  TensorView grad_x;                       // x's shape and dtype
+  std::optional<TensorView> grad_pre_mix;  // [.., N] fp32
+  TensorView grad_phi, grad_alpha, grad_bias;
+  std::optional<TensorView> grad_gamma;    // required iff gamma is given
+};
+MHC_API Status pre_single_pass_backward(const PreSinglePassBackwardInputs& in,
+                                        const PreSinglePassBackwardOutputs& out, const Options& options = {});
+
+// MhcCollapse (SPEC §14): h[d] = sum_n pre_mix[n] x[n, d] in fp32, n ascending, x's dtype.
+struct CollapseForwardInputs {
+  TensorView x;        // [.., N, D]
+  TensorView pre_mix;  // [.., N] fp32
+};
+struct CollapseForwardOutputs {
+  TensorView h;  // [.., D], x's dtype
+};
+MHC_API Status collapse_forward(const CollapseForwardInputs& in, const CollapseForwardOutputs& out,
+                                const Options& options = {});
+// grad_x[n, d] = pre_mix[n] grad_h[d] (x's dtype); grad_pre_mix[n] = sum_d x[n, d] grad_h[d].
+struct CollapseBackwardInputs {
+  TensorView grad_h, x, pre_mix;
+};
+struct CollapseBackwardOutputs {
+  TensorView grad_x, grad_pre_mix;
+};
+MHC_API Status collapse_backward(const CollapseBackwardInputs& in, const CollapseBackwardOutputs& out,
+                                 const Options& options = {});
+
 // The process default family's name ("amx", "avx512", "avx2", "sve2", "sve", "neon", "portable", "reference").
 MHC_API const char* isa();
 // Sets the process default; Isa::automatic goes back to MHC_ISA or the best. A family

@@ -1,5 +1,6 @@
 """mhc: the operators of an mHC layer on CPU torch tensors: MhcPre, MhcSinkhorn, MhcPost,
-CANN's fused MhcPreSinkhorn, and their backwards.
+CANN's fused MhcPreSinkhorn, DeepSeek-V4.1's MhcPreSinglePass and MhcCollapse, and their
+backwards.
 
     h_in, h_post, h_res, inv_rms, h_mix, h_pre = mhc.npu_mhc_pre(x, phi, alpha, bias, out_flag=1)
     # inner_precise=1: h_mix's product on HF32-rounded operands (SPEC §7)
@@ -19,6 +20,12 @@ The rest of the layer (SPEC §10-§13), each forward differentiable too:
     grad_x, grad_H, grad_h_out, grad_h_post = mhc.npu_mhc_post_backward(g, x, H, h_out, h_post)
     h_in, h_post, H = mhc.mhc_pre_sinkhorn(x, phi, alpha, bias, hc_mult=N)   # CANN's fused pair
 
+DeepSeek-V4.1's single pass (SPEC §14): each site collapses its streams with the previous
+site's h_pre (None at the first site: stream 0), differentiable in every input:
+
+    h_in, h_pre, h_post, H = mhc.mhc_pre_single_pass(x, phi, alpha, bias, pre_mix)
+    h = mhc.mhc_collapse(x_last, h_pre_last)                  # the model's end
+
     torch.ops.mhc.npu_mhc_pre(x, phi, alpha, bias)   # every operator, with meta kernels
     mhc.register_npu_namespace()                     # the same as torch.ops.npu.* (torch_npu's)
 
@@ -36,11 +43,11 @@ prototypes and constants come from the library's own description of its operator
 """
 from . import _lib
 from ._core import available_isas, isa, set_isa
-from .autograd import (MhcPostFunction, MhcPreFunction, MhcPreSinkhornFunction, MhcSinkhornFunction,
-                       mhc_head, mhc_pre)
-from .ops import (get_num_threads, mhc_pre_sinkhorn, mhc_pre_sinkhorn_backward, npu_mhc_post,
-                  npu_mhc_post_backward, npu_mhc_pre, npu_mhc_pre_backward, npu_mhc_sinkhorn,
-                  npu_mhc_sinkhorn_backward, set_num_threads)
+from .autograd import (MhcCollapseFunction, MhcPostFunction, MhcPreFunction, MhcPreSinglePassFunction,
+                       MhcPreSinkhornFunction, MhcSinkhornFunction, mhc_head, mhc_pre)
+from .ops import (get_num_threads, mhc_collapse, mhc_pre_single_pass, mhc_pre_sinkhorn,
+                  mhc_pre_sinkhorn_backward, npu_mhc_post, npu_mhc_post_backward, npu_mhc_pre,
+                  npu_mhc_pre_backward, npu_mhc_sinkhorn, npu_mhc_sinkhorn_backward, set_num_threads)
 from ._output_cache import get_output_cache, set_output_cache
 from .torch_library import register_npu_namespace  # defines torch.ops.mhc.*
 from . import nn  # mhc.nn: MhcBlock, MhcHead, expand_streams, MhcPre as torch.nn modules
@@ -52,6 +59,7 @@ __all__ = [
     "npu_mhc_sinkhorn", "npu_mhc_sinkhorn_backward", "MhcSinkhornFunction",
     "npu_mhc_post", "npu_mhc_post_backward", "MhcPostFunction",
     "mhc_pre_sinkhorn", "mhc_pre_sinkhorn_backward", "MhcPreSinkhornFunction",
+    "mhc_pre_single_pass", "MhcPreSinglePassFunction", "mhc_collapse", "MhcCollapseFunction",
     "set_num_threads", "get_num_threads", "set_output_cache", "get_output_cache",
     "set_isa", "isa", "available_isas", "register_npu_namespace", "__version__",
 ]

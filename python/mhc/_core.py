@@ -1,9 +1,11 @@
 """The library calls under the Python face: argument checks, tensor views, options,
 errors, the process settings (threads, kernel family), each operator's forward on
-checked arguments, and the backwards torch_npu / CANN expose as functions
+checked arguments (and the backwards on checked arguments that the autograd rules
+call), and the backwards torch_npu / CANN expose as functions
 (npu_mhc_pre_backward, npu_mhc_sinkhorn_backward, npu_mhc_post_backward,
-mhc_pre_sinkhorn_backward). ops.py (the npu_* forwards, mhc_pre_sinkhorn) and
-autograd.py (their autograd.Functions) are built on this module; it imports neither.
+mhc_pre_sinkhorn_backward). ops.py (the npu_* forwards, mhc_pre_sinkhorn,
+mhc_pre_single_pass, mhc_collapse) and autograd.py (their autograd.Functions) are built
+on this module; it imports neither.
 
 Inputs are handed to the C library as views with their real strides (no copies);
 outputs are allocated here, contiguous, by _output_cache (which reuses the buffers
@@ -627,3 +629,110 @@ def mhc_pre_sinkhorn_backward(grad_hin, grad_h_post, grad_h_res, x, phi, alpha, 
           h_mix=hc_before_norm, inv_rms=_inv_rms_view(inv_rms, x), sum_out=sum_out, norm_out=norm_out,
           grad_x=grad_x, grad_phi=grad_phi, grad_alpha=grad_alpha, grad_bias=grad_bias)
     return grad_x, grad_phi, grad_alpha, grad_bias
+
+
+# MhcPreSinglePass and MhcCollapse (SPEC §14), DeepSeek-V4.1's carried pre-mix.
+
+def check_pre_single_pass_args(x, phi, alpha, bias, pre_mix, gamma, num_iters, hc_eps, norm_eps, sinkhorn_eps):
+    """mhc_pre_single_pass's Python-side checks, in argument order; returns (num_iters, hc_eps,
+    norm_eps, sinkhorn_eps), sinkhorn_eps None taken as hc_eps."""
+    _check("x", x)
+    _check("phi", phi, "fp32")
+    _check("alpha", alpha, "fp32")
+    _check("bias", bias, "fp32")
+    _check("pre_mix", pre_mix, "fp32", optional=True)
+    _check("gamma", gamma, "fp32", optional=True)
+    num_iters = _num_iters(num_iters)
+    hc_eps = _eps("hc_eps", hc_eps)
+    norm_eps = _eps("norm_eps", norm_eps)
+    sinkhorn_eps = hc_eps if sinkhorn_eps is None else _eps("sinkhorn_eps", sinkhorn_eps)
+    return num_iters, hc_eps, norm_eps, sinkhorn_eps
+
+
+def run_pre_single_pass_forward(x, phi, alpha, bias, pre_mix, gamma, num_iters, hc_eps, norm_eps, sinkhorn_eps):
+    """The library's MhcPreSinglePass on checked arguments: (h_in, h_pre, h_post, h_res,
+    inv_rms, h_mix); h_res [.., N, N] is the Sinkhorn's H, inv_rms and h_mix the backward's
+    caches."""
+    empty, shape_only = _allocator(x=x, phi=phi, alpha=alpha, bias=bias, pre_mix=pre_mix, gamma=gamma)
+    lead, n, d, f = _output_dims(x, phi)
+    f32 = torch.float32
+    h_in = empty(lead + (d,), x.dtype)
+    h_pre = empty(lead + (n,), f32)
+    h_post = empty(lead + (n,), f32)
+    h_res = empty(lead + (n, n), f32)
+    inv_rms = empty(lead, f32)
+    h_mix = empty(lead + (f,), f32)
+    if shape_only:
+        return h_in, h_pre, h_post, h_res, inv_rms, h_mix
+    _call("pre_single_pass_forward", _options(norm_eps, hc_eps), x=x, phi=phi, alpha=alpha, bias=bias,
+          gamma=gamma, pre_mix=pre_mix, sinkhorn_eps=sinkhorn_eps, num_iters=num_iters, h_in=h_in, h_pre=h_pre,
+          h_post=h_post, h_res=h_res, inv_rms=inv_rms, h_mix=h_mix)
+    return h_in, h_pre, h_post, h_res, inv_rms, h_mix
+
+
+def run_pre_single_pass_backward(x, phi, alpha, bias, pre_mix, gamma, grad_h_in, grad_h_pre, grad_h_post,
+                                 grad_h_res, inv_rms, h_mix, h_pre, h_post, num_iters, hc_eps, norm_eps,
+                                 sinkhorn_eps, grad_x_post=None, with_grad_pre_mix=True):
+    """The library's MhcPreSinglePass backward on checked arguments and the forward's caches:
+    (grad_x, grad_pre_mix, grad_phi, grad_alpha, grad_bias, grad_gamma); grad_pre_mix None
+    without pre_mix or with_grad_pre_mix, grad_gamma None without gamma. grad_h_res is the
+    grad of H; grad_h_pre (None: 0) the grad of h_pre."""
+    empty, shape_only = _allocator(x=x, phi=phi, alpha=alpha, bias=bias, pre_mix=pre_mix, gamma=gamma,
+                                   grad_h_in=grad_h_in, grad_h_pre=grad_h_pre, grad_h_post=grad_h_post,
+                                   grad_h_res=grad_h_res, inv_rms=inv_rms, h_mix=h_mix, h_pre=h_pre,
+                                   h_post=h_post, grad_x_post=grad_x_post)
+    lead, n, d, f = _output_dims(x, phi)
+    f32 = torch.float32
+    grad_x = empty(x.shape, x.dtype)
+    grad_pre_mix = empty(lead + (n,), f32) if pre_mix is not None and with_grad_pre_mix else None
+    grad_phi = empty((f, n * d), f32)
+    grad_alpha = empty((3,), f32)
+    grad_bias = empty((f,), f32)
+    grad_gamma = empty((n, d), f32) if gamma is not None else None
+    if shape_only:
+        return grad_x, grad_pre_mix, grad_phi, grad_alpha, grad_bias, grad_gamma
+    _call("pre_single_pass_backward", _options(norm_eps, hc_eps), x=x, phi=phi, alpha=alpha, bias=bias,
+          gamma=gamma, pre_mix=pre_mix, grad_h_in=grad_h_in, grad_h_pre=grad_h_pre, grad_h_post=grad_h_post,
+          grad_h_res=grad_h_res, inv_rms=inv_rms, h_mix=h_mix, h_pre=h_pre, h_post=h_post,
+          grad_x_post=grad_x_post, sinkhorn_eps=sinkhorn_eps, num_iters=num_iters, grad_x=grad_x,
+          grad_pre_mix=grad_pre_mix, grad_phi=grad_phi, grad_alpha=grad_alpha, grad_bias=grad_bias,
+          grad_gamma=grad_gamma)
+    return grad_x, grad_pre_mix, grad_phi, grad_alpha, grad_bias, grad_gamma
+
+
+def check_collapse_args(x, pre_mix):
+    """mhc_collapse's Python-side checks, in argument order."""
+    _check("x", x)
+    _check("pre_mix", pre_mix, "fp32")
+
+
+def _collapse_dims(x):
+    """(lead, N, D) of MhcCollapse's x, after the size limit on the outputs sized from it."""
+    lead, n, d = _token_dims(x)
+    _check_limit("x", "T*N*D", _count(lead) * n * d, _dims(x.shape))
+    return lead, n, d
+
+
+def run_collapse_forward(x, pre_mix):
+    """The library's MhcCollapse on checked arguments: h [.., D] in x's dtype."""
+    empty, shape_only = _allocator(x=x, pre_mix=pre_mix)
+    lead, _, d = _collapse_dims(x)
+    h = empty(lead + (d,), x.dtype)
+    if shape_only:
+        return h
+    _call("collapse_forward", _options(None, 1e-6), x=x, pre_mix=pre_mix, h=h)
+    return h
+
+
+def run_collapse_backward(grad_h, x, pre_mix):
+    """The library's MhcCollapse backward on checked arguments: (grad_x in x's dtype,
+    grad_pre_mix [.., N] fp32)."""
+    empty, shape_only = _allocator(grad_h=grad_h, x=x, pre_mix=pre_mix)
+    lead, n, _ = _collapse_dims(x)
+    grad_x = empty(x.shape, x.dtype)
+    grad_pre_mix = empty(lead + (n,), torch.float32)
+    if shape_only:
+        return grad_x, grad_pre_mix
+    _call("collapse_backward", _options(None, 1e-6), grad_h=grad_h, x=x, pre_mix=pre_mix, grad_x=grad_x,
+          grad_pre_mix=grad_pre_mix)
+    return grad_x, grad_pre_mix

@@ -1,13 +1,16 @@
 """The autograd rules: of npu_mhc_pre (SPEC §8), with mhc_pre, its three-output form, and
 mhc_head, its one-output form for a one-entry alpha (the head, SPEC §6); of
-npu_mhc_sinkhorn (SPEC §10), npu_mhc_post (SPEC §11) and mhc_pre_sinkhorn (SPEC §12).
-Each backward is the library's backward operator (once differentiable)."""
+npu_mhc_sinkhorn (SPEC §10), npu_mhc_post (SPEC §11), mhc_pre_sinkhorn (SPEC §12),
+mhc_pre_single_pass and mhc_collapse (SPEC §14). Each backward is the library's backward
+operator (once differentiable)."""
 import torch
 from torch.autograd.function import once_differentiable
 
-from ._core import (check_post_args, check_pre_args, check_pre_sinkhorn_args, check_sinkhorn_args,
-                    mhc_pre_sinkhorn_backward, npu_mhc_pre_backward, run_post_backward,
-                    run_post_forward, run_pre_forward, run_pre_sinkhorn_forward, run_sinkhorn_backward,
+from ._core import (check_collapse_args, check_post_args, check_pre_args, check_pre_single_pass_args,
+                    check_pre_sinkhorn_args, check_sinkhorn_args, mhc_pre_sinkhorn_backward,
+                    npu_mhc_pre_backward, run_collapse_backward, run_collapse_forward, run_post_backward,
+                    run_post_forward, run_pre_forward, run_pre_single_pass_backward,
+                    run_pre_single_pass_forward, run_pre_sinkhorn_forward, run_sinkhorn_backward,
                     run_sinkhorn_forward)
 
 
@@ -196,3 +199,70 @@ class MhcPreSinkhornFunction(torch.autograd.Function):
         grads = mhc_pre_sinkhorn_backward(grad_h_in, grad_h_post, grad_h_res, x, phi, alpha, bias, h_pre,
                                           h_mix, inv_rms, sum_out, norm_out, hc_eps=ctx.hc_eps)
         return tuple(g if need else None for g, need in zip(grads, needs[:4])) + no_grads_of_options
+
+
+class MhcPreSinglePassFunction(torch.autograd.Function):
+    """mhc_pre_single_pass's rule (SPEC §14): the forward with its caches, the backward through
+    the library's MhcPreSinglePass backward (the Sinkhorn's backward inside it).
+
+    apply(x, phi, alpha, bias, pre_mix, gamma, num_iters, hc_eps, norm_eps, sinkhorn_eps)
+    returns (h_in, h_pre, h_post, h_res), all four differentiable: h_pre's grad (what the
+    next site's collapse sends back) is the backward's grad_h_pre. Gradients flow into x,
+    phi, alpha, bias, pre_mix and gamma (pre_mix and gamma may be None).
+    """
+
+    @staticmethod
+    def forward(ctx, x, phi, alpha, bias, pre_mix, gamma, num_iters, hc_eps, norm_eps, sinkhorn_eps):
+        options = check_pre_single_pass_args(x, phi, alpha, bias, pre_mix, gamma, num_iters, hc_eps, norm_eps,
+                                             sinkhorn_eps)
+        h_in, h_pre, h_post, h_res, inv_rms, h_mix = run_pre_single_pass_forward(x, phi, alpha, bias, pre_mix,
+                                                                                  gamma, *options)
+        ctx.save_for_backward(x, phi, alpha, bias, pre_mix, gamma, inv_rms, h_mix, h_pre, h_post)
+        ctx.options = options  # num_iters, hc_eps, norm_eps, sinkhorn_eps
+        ctx.shapes = (h_in.shape, h_res.shape)
+        ctx.set_materialize_grads(False)
+        return h_in, h_pre, h_post, h_res
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_h_in, grad_h_pre, grad_h_post, grad_h_res):
+        needs = ctx.needs_input_grad
+        no_grads_of_options = (None,) * 4  # num_iters, hc_eps, norm_eps, sinkhorn_eps
+        if not any(needs[:6]):
+            return (None,) * 6 + no_grads_of_options
+        x, phi, alpha, bias, pre_mix, gamma, inv_rms, h_mix, h_pre, h_post = ctx.saved_tensors
+        in_shape, res_shape = ctx.shapes
+        if grad_h_in is None:
+            grad_h_in = torch.zeros(in_shape, dtype=x.dtype, device=x.device)
+        if grad_h_post is None:
+            grad_h_post = torch.zeros(h_post.shape, dtype=torch.float32, device=x.device)
+        if grad_h_res is None:
+            grad_h_res = torch.zeros(res_shape, dtype=torch.float32, device=x.device)
+        # grad_h_pre None is the library's absent grad_h_pre: zero.
+        grad_x, grad_pre_mix, grad_phi, grad_alpha, grad_bias, grad_gamma = run_pre_single_pass_backward(
+            x, phi, alpha, bias, pre_mix, gamma, grad_h_in, grad_h_pre, grad_h_post, grad_h_res, inv_rms, h_mix,
+            h_pre, h_post, *ctx.options, with_grad_pre_mix=needs[4])
+        grads = (grad_x, grad_phi, grad_alpha, grad_bias, grad_pre_mix, grad_gamma)
+        return tuple(g if need else None for g, need in zip(grads, needs[:6])) + no_grads_of_options
+
+
+class MhcCollapseFunction(torch.autograd.Function):
+    """mhc_collapse's rule (SPEC §14): h = MhcCollapse(x, pre_mix), differentiable in both,
+    backward through the library's MhcCollapse backward (grad_x in x's dtype)."""
+
+    @staticmethod
+    def forward(ctx, x, pre_mix):
+        check_collapse_args(x, pre_mix)
+        h = run_collapse_forward(x, pre_mix)
+        ctx.save_for_backward(x, pre_mix)
+        return h
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_h):
+        needs = ctx.needs_input_grad
+        if not any(needs):
+            return None, None
+        x, pre_mix = ctx.saved_tensors
+        grads = run_collapse_backward(grad_h, x, pre_mix)
+        return tuple(g if need else None for g, need in zip(grads, needs))

@@ -1,20 +1,23 @@
 """The torch_npu-style functions on CPU tensors: npu_mhc_pre / npu_mhc_pre_backward,
-npu_mhc_sinkhorn / npu_mhc_sinkhorn_backward, npu_mhc_post / npu_mhc_post_backward, and
-CANN's cann_ops_transformer pair mhc_pre_sinkhorn / mhc_pre_sinkhorn_backward. Each
-forward is differentiable: with a graph to record it goes through its autograd.Function
-(MhcPreFunction, MhcSinkhornFunction, MhcPostFunction, MhcPreSinkhornFunction), else it
-calls the library directly.
+npu_mhc_sinkhorn / npu_mhc_sinkhorn_backward, npu_mhc_post / npu_mhc_post_backward,
+CANN's cann_ops_transformer pair mhc_pre_sinkhorn / mhc_pre_sinkhorn_backward, and
+DeepSeek-V4.1's mhc_pre_single_pass and mhc_collapse. Each forward is differentiable: with
+a graph to record it goes through its autograd.Function (MhcPreFunction,
+MhcSinkhornFunction, MhcPostFunction, MhcPreSinkhornFunction, MhcPreSinglePassFunction,
+MhcCollapseFunction), else it calls the library directly.
 
 The library calls, argument checks and the backward functions themselves are in
 _core.py; imports go one way: _lib <- _core <- autograd <- ops.
 """
 import torch
 
-from ._core import (check_post_args, check_pre_args, check_pre_sinkhorn_args, check_sinkhorn_args,
-                    get_num_threads, mhc_pre_sinkhorn_backward, npu_mhc_post_backward,
-                    npu_mhc_pre_backward, npu_mhc_sinkhorn_backward, run_post_forward, run_pre_forward,
+from ._core import (check_collapse_args, check_post_args, check_pre_args, check_pre_single_pass_args,
+                    check_pre_sinkhorn_args, check_sinkhorn_args, get_num_threads, mhc_pre_sinkhorn_backward,
+                    npu_mhc_post_backward, npu_mhc_pre_backward, npu_mhc_sinkhorn_backward,
+                    run_collapse_forward, run_post_forward, run_pre_forward, run_pre_single_pass_forward,
                     run_pre_sinkhorn_forward, run_sinkhorn_forward, set_num_threads)
-from .autograd import MhcPostFunction, MhcPreFunction, MhcPreSinkhornFunction, MhcSinkhornFunction
+from .autograd import (MhcCollapseFunction, MhcPostFunction, MhcPreFunction, MhcPreSinglePassFunction,
+                       MhcPreSinkhornFunction, MhcSinkhornFunction)
 
 
 def _builds_graph(*inputs):
@@ -119,6 +122,40 @@ def mhc_pre_sinkhorn(x, phi, alpha, bias, hc_mult, num_iters=20, hc_eps=1e-6, no
     return outputs if out_flag else outputs[:3]
 
 
+def mhc_pre_single_pass(x, phi, alpha, bias, pre_mix=None, *, gamma=None, num_iters=20, hc_eps=1e-6,
+                        norm_eps=1e-6, sinkhorn_eps=None):
+    """MhcPreSinglePass (SPEC §14), DeepSeek-V4.1's site: MhcPre's maps (alpha [3], phi
+    [N*N + 2N, N*D], bias [N*N + 2N], gamma [N, D] or None), H = MhcSinkhorn(z_res) with
+    eps = sinkhorn_eps (None: hc_eps), and h_in[d] = Σ_n pre_mix[n]·x[n, d] (fp32, rounded
+    once) with the carried pre_mix [.., N] fp32, the previous site's h_pre, not this site's
+    own. pre_mix None is the model's first site: h_in = x[..., 0, :] exactly.
+
+    Returns (h_in, h_pre, h_post, h_res): h_in [.., D] in x's dtype; h_pre [.., N] (with
+    +hc_eps: the next site's pre_mix), h_post [.., N] and h_res [.., N, N] (H, doubly
+    stochastic) fp32. x [B,S,N,D] or [T,N,D] (bf16, fp16 or fp32).
+
+    Differentiable (MhcPreSinglePassFunction) when x, phi, alpha, bias, pre_mix or gamma
+    requires grad: gradients flow from all four outputs through the library's backward.
+    """
+    if _builds_graph(x, phi, alpha, bias, pre_mix, gamma):
+        return MhcPreSinglePassFunction.apply(x, phi, alpha, bias, pre_mix, gamma, num_iters, hc_eps, norm_eps,
+                                              sinkhorn_eps)
+    options = check_pre_single_pass_args(x, phi, alpha, bias, pre_mix, gamma, num_iters, hc_eps, norm_eps,
+                                         sinkhorn_eps)
+    return run_pre_single_pass_forward(x, phi, alpha, bias, pre_mix, gamma, *options)[:4]
+
+
+def mhc_collapse(x, pre_mix):
+    """MhcCollapse (SPEC §14): h[d] = Σ_n pre_mix[n]·x[n, d] per token, in fp32 with n
+    ascending, rounded once to x's dtype (a V4.1 model ends with the last site's h_pre).
+    x [B,S,N,D] or [T,N,D], pre_mix [.., N] fp32; h [.., D]. Differentiable in both
+    (MhcCollapseFunction) when one requires grad."""
+    if _builds_graph(x, pre_mix):
+        return MhcCollapseFunction.apply(x, pre_mix)
+    check_collapse_args(x, pre_mix)
+    return run_collapse_forward(x, pre_mix)
+
+
 __all__ = ["npu_mhc_pre", "npu_mhc_pre_backward", "npu_mhc_sinkhorn", "npu_mhc_sinkhorn_backward",
            "npu_mhc_post", "npu_mhc_post_backward", "mhc_pre_sinkhorn", "mhc_pre_sinkhorn_backward",
-           "set_num_threads", "get_num_threads"]
+           "mhc_pre_single_pass", "mhc_collapse", "set_num_threads", "get_num_threads"]

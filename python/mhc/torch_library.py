@@ -1,6 +1,6 @@
 """The operators registered with torch's dispatcher: torch.ops.mhc.<name>, with the
-schemas of SPEC §8 and §10-§12 (torch_npu's names and CANN's cann_ops_transformer pair)
-and mhc_head.
+schemas of SPEC §8 and §10-§12 (torch_npu's names and CANN's cann_ops_transformer pair),
+mhc_head, and SPEC §14's mhc_pre_single_pass and mhc_collapse.
 
 Each operator has three kernels:
   CPU       the library (the function of the same name in mhc, run without a graph);
@@ -44,6 +44,8 @@ FUNCTIONS = {
     "npu_mhc_post_backward": ops.npu_mhc_post_backward,
     "mhc_pre_sinkhorn": _mhc_pre_sinkhorn,
     "mhc_pre_sinkhorn_backward": ops.mhc_pre_sinkhorn_backward,
+    "mhc_pre_single_pass": ops.mhc_pre_single_pass,
+    "mhc_collapse": ops.mhc_collapse,
 }
 
 

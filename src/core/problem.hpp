@@ -69,6 +69,10 @@ struct ForwardProblem {
   Strided inv_rms;  // [B,S]   } all three
   Strided h_mix;    // [B,S,F] } or
   Strided h_pre;    // [B,S,N] } none
+  // Single pass (SPEC §14): h_in collapses with pre_mix [B,S,N] when present, is
+  // stream 0 when select_first_stream; otherwise with h_pre.
+  Strided pre_mix;
+  bool select_first_stream = false;
   // The same problem, every field (a primitive cache's key). The eps compare by
   // value: -0 and +0 give the same results, and a NaN never matches (no hit).
   bool operator==(const ForwardProblem&) const = default;
@@ -92,6 +96,11 @@ struct BackwardProblem {
   Strided h_post;       // [B,S,N]
   Strided gamma;        // [N,D] or absent
   Strided grad_x_post;  // [B,S,N,D] or absent
+  // Single pass (SPEC §14), each [B,S,N] or absent: the collapse's weights instead
+  // of h_pre; g_pre given; the collapse's sums written out.
+  Strided pre_mix;
+  Strided grad_h_pre;
+  Strided grad_pre_mix;  // output
   // outputs
   Strided grad_x;       // [B,S,N,D]
   Strided grad_phi;     // [F,K]

@@ -10,6 +10,8 @@
 #include "ops/pre/backward.hpp"
 #include "ops/post/post.hpp"
 #include "ops/pre/forward.hpp"
+#include "ops/collapse/collapse.hpp"
+#include "ops/pre_single_pass/pre_single_pass.hpp"
 #include "ops/pre_sinkhorn/pre_sinkhorn.hpp"
 #include "ops/sinkhorn/sinkhorn.hpp"
 

@@ -56,6 +56,12 @@ struct BackwardOperands {
   TokenRows<const float> h_post;       // [T][N], absent for the head
   StreamRows<const void> grad_x_post;  // [T][N][D], or absent (0)
   DType grad_x_post_dtype = DType::fp32;  // x's, or fp32 (MhcPostBackward's fp32 grad_x)
+  // The single-pass form (SPEC §14): grad_x's collapse term takes pre_mix instead
+  // of h_pre; with grad_h_pre present g_pre is grad_h_pre, and the sums
+  // sum_d v grad_h_in go to grad_pre_mix (when present).
+  TokenRows<const float> pre_mix;      // [T][N], or absent (h_pre)
+  TokenRows<const float> grad_h_pre;   // [T][N], or absent (MhcPre's g_pre)
+  TokenRows<float> grad_pre_mix;       // [T][N], or absent
   StreamRows<void> grad_x;             // [T][N][D]
   Matrix<float> grad_phi;              // [F][K]
   Matrix<float> grad_gamma;            // [N][D], or absent

@@ -65,6 +65,10 @@ struct ForwardOperands {
   TokenRows<float> inv_rms;    // [T][1] } all three
   TokenRows<float> h_mix;      // [T][F] } or
   TokenRows<float> h_pre;      // [T][N] } none
+  // What h_in collapses the streams with (SPEC §14): the carried pre-mix when
+  // present, else the token's own h_pre; select_first_stream: h_in = stream 0.
+  TokenRows<const float> pre_mix;  // [T][N], or absent
+  bool select_first_stream = false;
 };
 
 // The forward after m = phi.u, for tokens [t0, t1): per token sum(v^2) from 16

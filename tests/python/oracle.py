@@ -1,6 +1,6 @@
-"""The float64 truth for MhcPre, written from SPEC §2 (and §7's HF32 mode), and for
-MhcSinkhorn, MhcPost and the fused MhcPreSinkhorn (SPEC §10-§12), independent of the
-library.
+"""The float64 truth for MhcPre, written from SPEC §2 (and §7's HF32 mode), for
+MhcSinkhorn, MhcPost and the fused MhcPreSinkhorn (SPEC §10-§12), and for DeepSeek-V4.1's
+single pass, MhcPreSinglePass and MhcCollapse (SPEC §14), independent of the library.
 
 Every form of alpha is covered: three entries (F = 2N + R), two (F = 2N, no h_res)
 and one, the head (F = N: h_pre = sigmoid(alpha[0]*r*m + bias) + hc_eps and
@@ -121,7 +121,7 @@ def backward_terms64(x, phi, alpha, bias, gamma, norm_eps, hc_eps, grad_h_in, gr
 
 
 def magnitudes64(x, phi, alpha, bias, gamma, norm_eps, hc_eps, grad_h_in, grad_h_post,
-                 grad_h_res, grad_x_post=None):
+                 grad_h_res, grad_x_post=None, *, carried=None):
     """First-order condition magnitudes of every output, for error bounds.
 
     If every fp32 quantity the operators compute (each product, each sum, each cache)
@@ -130,6 +130,9 @@ def magnitudes64(x, phi, alpha, bias, gamma, norm_eps, hc_eps, grad_h_in, grad_h
     than plain sums of |terms|: cancellation inside phi·u, phi^T·G and Σ gw·m, and
     the backward recovering σ(1−σ) from the cached fp32 h_pre / h_post, where an
     error Δs of s costs |1−2s|·Δs while s(1−s) may be tiny.
+    carried: (pre_mix or None, grad_h_pre or None), the single pass (SPEC §14): h_in and
+    grad_x's collapse term take pre_mix (None: stream 0), g_pre is grad_h_pre (None: 0),
+    and "grad_pre_mix" is added.
     Returns a dict of float64 tensors shaped like the outputs.
     """
     lead = x.shape[:-2]
@@ -159,11 +162,22 @@ def magnitudes64(x, phi, alpha, bias, gamma, norm_eps, hc_eps, grad_h_in, grad_h
             sp = torch.sigmoid(a[1] * r[:, 0:1] * m[:, n:2 * n] + b[n:2 * n])
             h_post_mag = 2 * sp + 2 * sp * (1 - sp) * z_mag[:, n:2 * n]
         vv = v.reshape(nt, n, d).abs()
-        h_in_mag = (h_pre_mag[:, :, None] * vv).sum(dim=1)
+        mix_mag = h_pre_mag
+        if carried is not None:  # the collapse's weights are an input, exact
+            pre_mix, grad_h_pre = carried
+            mix_mag = (pre_mix.to(F64).reshape(nt, n).abs() if pre_mix is not None
+                       else torch.eye(1, n, dtype=F64).expand(nt, n))
+        h_in_mag = (mix_mag[:, :, None] * vv).sum(dim=1)
         # backward
         gh = grad_h_in.to(F64).reshape(nt, d)
-        g_pre = (v.reshape(nt, n, d) * gh[:, None, :]).sum(dim=2)
-        g_pre_mag = (vv * gh.abs()[:, None, :]).sum(dim=2)
+        collapse_mag = (vv * gh.abs()[:, None, :]).sum(dim=2)
+        if carried is None:
+            g_pre = (v.reshape(nt, n, d) * gh[:, None, :]).sum(dim=2)
+            g_pre_mag = collapse_mag
+        else:
+            g_pre = (grad_h_pre.to(F64).reshape(nt, n) if grad_h_pre is not None
+                     else torch.zeros(nt, n, dtype=F64))
+            g_pre_mag = g_pre.abs()
         gz_pre = g_pre * s * (1 - s)
         gz_pre_mag = g_pre_mag * s * (1 - s) + g_pre.abs() * h_pre_mag
         gz = [gz_pre]
@@ -184,7 +198,7 @@ def magnitudes64(x, phi, alpha, bias, gamma, norm_eps, hc_eps, grad_h_in, grad_h
         g_r_mag = (gw_mag * m.abs() + gw_abs * m_mag).sum(dim=1, keepdim=True)
         gu_mag = big_g_mag @ phi_abs
         c_mag = r ** 3 * g_r_mag / k
-        grad_x_mag = ((h_pre_mag[:, :, None] * gh.abs()[:, None, :]).reshape(nt, k)
+        grad_x_mag = ((mix_mag[:, :, None] * gh.abs()[:, None, :]).reshape(nt, k)
                       + gam.abs() * gu_mag + c_mag * v.abs())
         if grad_x_post is not None:
             grad_x_mag = grad_x_mag + grad_x_post.to(F64).reshape(nt, k).abs()
@@ -208,6 +222,7 @@ def magnitudes64(x, phi, alpha, bias, gamma, norm_eps, hc_eps, grad_h_in, grad_h
             "grad_alpha": torch.stack(blocks),
             "grad_bias": gz_mag.sum(dim=0),
             "grad_gamma": ((v.abs() * gu_mag).sum(dim=0).reshape(n, d) if gamma is not None else None),
+            "grad_pre_mix": collapse_mag.reshape(lead + (n,)) if carried is not None else None,
         }
 
 
@@ -317,3 +332,52 @@ def pre_sinkhorn_grads64(x, phi, alpha, bias, num_iters, hc_eps, norm_eps, grad_
     loss = ((h_in * grad_h_in.to(F64)).sum() + (h_post * grad_h_post.to(F64)).sum()
             + (h_res * grad_h_res.to(F64).reshape(h_res.shape)).sum())
     return torch.autograd.grad(loss, leaves)
+
+
+# DeepSeek-V4.1's single pass (SPEC §14): this site's weights from its own streams, the
+# streams collapsed with the carried pre-mix.
+
+def collapse64(x, pre_mix):
+    """SPEC §14's MhcCollapse in float64: h[d] = Σ_n p[n]·x[n, d]; pre_mix None (the first
+    site) selects stream 0. x [..., N, D], pre_mix [..., N]."""
+    if pre_mix is None:
+        return x.to(F64)[..., 0, :]
+    return (pre_mix.to(F64)[..., :, None] * x.to(F64)).sum(dim=-2)
+
+
+def single_pass64(x, phi, alpha, bias, pre_mix=None, gamma=None, num_iters=20, hc_eps=1e-6, norm_eps=1e-6,
+                  sinkhorn_eps=None):
+    """SPEC §14 in float64: MhcPre's maps (forward64), H = Sinkhorn(z_res) (sinkhorn64, eps =
+    sinkhorn_eps, None: hc_eps) and h_in = collapse64(x, pre_mix), not with the own h_pre.
+    Returns (h_in, h_pre, h_post, H [.., N, N], inv_rms, h_mix); differentiable by autograd."""
+    eps = hc_eps if sinkhorn_eps is None else sinkhorn_eps
+    n = x.shape[-2]
+    _, h_post, z_res, inv_rms, h_mix, h_pre = forward64(x, phi, alpha, bias, gamma, norm_eps, hc_eps)
+    h = sinkhorn64(z_res.reshape(x.shape[:-2] + (n, n)), eps, num_iters)
+    return collapse64(x, pre_mix), h_pre, h_post, h, inv_rms, h_mix
+
+
+def single_pass_grads64(x, phi, alpha, bias, pre_mix, gamma, num_iters, hc_eps, norm_eps, sinkhorn_eps,
+                        grad_h_in, grad_h_pre, grad_h_post, grad_h_res):
+    """Autograd truth of the single pass's backward: the grads of Σ h_in·g_in + Σ h_pre·g_pre
+    + Σ h_post·g_post + Σ H·g_H (g_pre None: 0) with respect to (x, phi, alpha, bias,
+    pre_mix, gamma), None for an absent pre_mix or gamma."""
+    leaves = {name: None if t is None else t.detach().to(F64).requires_grad_(True)
+              for name, t in (("x", x), ("phi", phi), ("alpha", alpha), ("bias", bias),
+                              ("pre_mix", pre_mix), ("gamma", gamma))}
+    h_in, h_pre, h_post, h, _, _ = single_pass64(leaves["x"], leaves["phi"], leaves["alpha"], leaves["bias"],
+                                                 leaves["pre_mix"], leaves["gamma"], num_iters, hc_eps,
+                                                 norm_eps, sinkhorn_eps)
+    loss = ((h_in * grad_h_in.to(F64)).sum() + (h_post * grad_h_post.to(F64)).sum()
+            + (h * grad_h_res.to(F64).reshape(h.shape)).sum())
+    if grad_h_pre is not None:
+        loss = loss + (h_pre * grad_h_pre.to(F64)).sum()
+    present = [t for t in leaves.values() if t is not None]
+    found = iter(torch.autograd.grad(loss, present))
+    return tuple(None if t is None else next(found) for t in leaves.values())
+
+
+def collapse_grads64(x, pre_mix, grad_h):
+    """Autograd truth of MhcCollapseBackward: the grads of Σ h·grad_h w.r.t. x and pre_mix."""
+    leaves = [t.detach().to(F64).requires_grad_(True) for t in (x, pre_mix)]
+    return torch.autograd.grad((collapse64(*leaves) * grad_h.to(F64)).sum(), leaves)

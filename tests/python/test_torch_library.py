@@ -31,6 +31,11 @@ def pre_inputs(lead=(2, 3), dtype=torch.bfloat16, seed=0, alpha_entries=3):
     return x, phi, alpha, bias, gamma
 
 
+def pre_mix_of(lead=(2, 3), seed=2):
+    """A carried pre-mix for pre_inputs' x: [.., N] fp32 (SPEC §14)."""
+    return torch.rand(*lead, N, generator=torch.Generator().manual_seed(seed)) + 0.5
+
+
 def layer_inputs(seed=1, dtype=torch.bfloat16):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(5, N, D, generator=g).to(dtype)
@@ -54,6 +59,7 @@ def calls():
     grad_out = torch.randn(lx.shape, generator=g).to(lx.dtype)
     ps = mhc.mhc_pre_sinkhorn(x, phi, alpha, bias, N, I, out_flag=True)
     hx, hphi, halpha, hbias, hgamma = pre_inputs(alpha_entries=1)
+    pre_mix = pre_mix_of()
     return [
         ("npu_mhc_pre", (x, phi, alpha, bias), dict(gamma=gamma, out_flag=1)),
         ("npu_mhc_pre", (x, phi, alpha, bias), dict(inner_precise=1)),
@@ -71,6 +77,9 @@ def calls():
         ("mhc_pre_sinkhorn", (x, phi, alpha, bias, N, I), dict(out_flag=True)),
         ("mhc_pre_sinkhorn_backward", (grad_h_in, grad_h_post, grad_h_res.reshape(ps[2].shape), x, phi, alpha,
                                        bias) + tuple(ps[3:]), {}),
+        ("mhc_pre_single_pass", (x, phi, alpha, bias, pre_mix), dict(gamma=gamma, num_iters=I)),
+        ("mhc_pre_single_pass", (x, phi, alpha, bias), dict(hc_eps=1e-3, sinkhorn_eps=1e-4)),
+        ("mhc_collapse", (x, pre_mix), {}),
     ]
 
 
@@ -170,6 +179,11 @@ AUTOGRAD_CASES = {
                      lambda: (layer_inputs()[0], torch.softmax(layer_inputs()[1], -1)) + layer_inputs()[2:]),
     "mhc_pre_sinkhorn": (lambda ns: lambda x, phi, alpha, bias: ns.mhc_pre_sinkhorn(x, phi, alpha, bias, N, I),
                          lambda: pre_inputs()[:4]),
+    "mhc_pre_single_pass": (lambda ns: lambda x, phi, alpha, bias, gamma, pre_mix: ns.mhc_pre_single_pass(
+                                x, phi, alpha, bias, pre_mix, gamma=gamma, num_iters=I),
+                            lambda: pre_inputs() + (pre_mix_of(),)),
+    "mhc_collapse": (lambda ns: lambda x, pre_mix: ns.mhc_collapse(x, pre_mix),
+                     lambda: (pre_inputs()[0], pre_mix_of())),
 }
 
 

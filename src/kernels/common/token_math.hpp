@@ -52,6 +52,15 @@ inline float forward_token_finish(const ForwardOperands& o, int64_t t, float sum
   return r;
 }
 
+// The weights h_in collapses token t's streams with: the carried pre-mix, or h_pre.
+inline const float* collapse_weights(const ForwardOperands& o, int64_t t, const float* h_pre) {
+  return o.pre_mix.present() ? o.pre_mix.at(t) : h_pre;
+}
+// The same for grad_x's collapse term.
+inline const float* collapse_weights(const BackwardOperands& o, int64_t t) {
+  return o.pre_mix.present() ? o.pre_mix.at(t) : o.h_pre.at(t);
+}
+
 // Backward, token t: from g_pre[N] (= dL/dh_pre), the token's G[F] = dL/dm
 // (HF32-rounded for an HF32 call: G is only an operand of the products),
 // gz[F] = dL/dz, c and grad_alpha terms[3].
@@ -64,6 +73,10 @@ inline void backward_token_finish(const BackwardOperands& o, int64_t t, const fl
   const float r = *o.inv_rms.at(t);
   const float* h_pre = o.h_pre.at(t);
   const float* h_mix = o.h_mix.at(t);
+  if (o.grad_h_pre.present()) {  // single pass (SPEC §14): the sums are dL/dpre_mix
+    if (o.grad_pre_mix.present()) std::memcpy(o.grad_pre_mix.at(t), g_pre, size_t(d.N) * sizeof(float));
+    g_pre = o.grad_h_pre.at(t);
+  }
 
   for (int64_t n = 0; n < d.N; ++n) {
     const float s = h_pre[n] - hc_eps;  // sigma(z_pre)

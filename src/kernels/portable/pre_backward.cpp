@@ -73,7 +73,7 @@ void backward_columns(const BackwardStep& step, int64_t t0, int64_t t1, const Co
       }
     }
     const float c = c_all[t];
-    const float h_pre = o.h_pre.at(t)[item.n];
+    const float h_pre = common::collapse_weights(o, t)[item.n];  // or the carried pre-mix
     for (int64_t i = 0; i < width; ++i) {
       const int64_t j = item.d0 + i;
       float gx = h_pre * core::load_element(o.grad_h_in.data, d.x_dtype, o.grad_h_in.at(t, 0) + j);

@@ -6,6 +6,7 @@
 // the slices among the preparation's parts and add them per token in the same
 // order, so a token's bits do not depend on its call.
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 
 #include "kernels/common/hf32.hpp"
@@ -75,9 +76,16 @@ void finish_token(const ForwardOperands& o, int64_t t, const Scratch& s, const f
   }
   std::copy_n(totals + d.F * kLanes, kLanes, lanes);
   common::forward_token_finish(o, t, fold_lanes(lanes), s.m, s.h_pre);
+  if (o.select_first_stream) {  // the first single-pass site: stream 0 as it is
+    const size_t esize = core::element_size(d.x_dtype);
+    std::memcpy(static_cast<char*>(o.h_in.data) + o.h_in.at(t, 0) * esize,
+                static_cast<const char*>(o.x.data) + o.x.at(t, 0) * esize, size_t(d.D) * esize);
+    return;
+  }
+  const float* w = common::collapse_weights(o, t, s.h_pre);
   for (int64_t j = 0; j < d.D; ++j) {
     float acc = 0.0f;  // n ascending, in fp32 (SPEC §2)
-    for (int64_t n = 0; n < d.N; ++n) acc += s.h_pre[n] * s.v[n * d.D + j];
+    for (int64_t n = 0; n < d.N; ++n) acc += w[n] * s.v[n * d.D + j];
     core::store_element(o.h_in.data, d.x_dtype, o.h_in.at(t, 0) + j, acc);
   }
 }

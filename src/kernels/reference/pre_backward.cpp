@@ -24,6 +24,8 @@ BackwardOutputs64 backward(const BackwardInputs64& in) {
   out.grad_alpha.assign(size_t(entries), 0.0);
   out.grad_bias.assign(F, 0.0);
   out.grad_gamma.assign(K, 0.0);
+  const bool single_pass = !in.grad_h_pre.empty();
+  if (single_pass) out.grad_pre_mix.assign(T * N, 0.0);
   std::vector<double> gz(F), G(F), gu(K);
   // The products' operands: phi, G and u = v * gamma, HF32-rounded for an HF32 call.
   auto hf32 = [&](double value) { return in.hf32 ? double(common::round_hf32(float(value))) : value; };
@@ -39,6 +41,10 @@ BackwardOutputs64 backward(const BackwardInputs64& in) {
     for (int64_t n = 0; n < N; ++n) {
       double g_pre = 0;  // dL/dh_pre
       for (int64_t j = 0; j < D; ++j) g_pre += v[n * D + j] * grad_h_in[j];
+      if (single_pass) {  // SPEC §14: the sums are dL/dpre_mix; h_pre's gradient comes in
+        out.grad_pre_mix[t * N + n] = g_pre;
+        g_pre = in.grad_h_pre[t * N + n];
+      }
       const double s = in.h_pre[t * N + n] - in.hc_eps;  // sigma(z_pre)
       gz[n] = g_pre * s * (1.0 - s);
       if (d.head) continue;  // no post branch
@@ -64,9 +70,10 @@ BackwardOutputs64 backward(const BackwardInputs64& in) {
       for (int64_t f = 0; f < F; ++f) acc += phi_operand[f * K + k] * G_operand[f];
       gu[k] = acc;
     }
+    const double* w = in.pre_mix.empty() ? &in.h_pre[t * N] : &in.pre_mix[t * N];  // the collapse's weights
     for (int64_t k = 0; k < K; ++k) {
       const int64_t n = k / D, j = k % D;
-      const double terms[4] = {in.h_pre[t * N + n] * grad_h_in[j], gamma(k) * gu[k], c * v[k],
+      const double terms[4] = {w[n] * grad_h_in[j], gamma(k) * gu[k], c * v[k],
                                in.grad_x_post.empty() ? 0.0 : in.grad_x_post[t * K + k]};
       out.grad_x[t * K + k] = terms[0] + terms[1] + terms[2] + terms[3];
       out.grad_x_magnitude[t * K + k] =
@@ -99,7 +106,10 @@ void pre_backward(const BackwardOperands& o) {
   in.h_pre = gather(o.h_pre, 0, d.T, d.N);
   if (!d.head) in.h_post = gather(o.h_post, 0, d.T, d.N);
   if (o.grad_x_post.present()) in.grad_x_post = gather(o.grad_x_post, o.grad_x_post_dtype, 0, d.T, d.N, d.D);
+  if (o.pre_mix.present()) in.pre_mix = gather(o.pre_mix, 0, d.T, d.N);
+  if (o.grad_h_pre.present()) in.grad_h_pre = gather(o.grad_h_pre, 0, d.T, d.N);
   const BackwardOutputs64 out = backward(in);
+  if (o.grad_pre_mix.present()) scatter(o.grad_pre_mix, out.grad_pre_mix, 0, d.T, d.N);
   scatter(o.grad_x, d.x_dtype, out.grad_x, 0, d.T, d.N, d.D);
   scatter(o.grad_phi, out.grad_phi, d.F, d.K);
   scatter(o.grad_alpha, out.grad_alpha);

@@ -48,11 +48,14 @@ ForwardOutputs64 forward(const ForwardInputs64& in) {
     }
     for (int64_t i = 0; i < R; ++i)
       out.h_res[t * R + i] = alpha_res * r * m[2 * N + i] + in.bias[2 * N + i];
+    const double* w = in.pre_mix.empty() ? &out.h_pre[t * N] : &in.pre_mix[t * N];  // SPEC §14: the carried one
     for (int64_t j = 0; j < D; ++j) {
       double acc = 0, magnitude = 0;
       for (int64_t n = 0; n < N; ++n) {
-        acc += out.h_pre[t * N + n] * v[n * D + j];
-        magnitude += std::abs(out.h_pre[t * N + n] * v[n * D + j]);
+        if (in.select_first_stream && n > 0) break;  // the first single-pass site: stream 0
+        const double weight = in.select_first_stream ? 1.0 : w[n];
+        acc += weight * v[n * D + j];
+        magnitude += std::abs(weight * v[n * D + j]);
       }
       out.h_in[t * D + j] = acc;
       out.h_in_magnitude[t * D + j] = magnitude;
@@ -76,6 +79,8 @@ void pre_forward_tokens(const ForwardOperands& o, int64_t t0, int64_t t1) {
   in.alpha = gather(o.alpha, d.alpha_entries());
   in.bias = gather(o.bias, d.F);
   if (o.gamma.present()) in.gamma = gather(o.gamma, d.N, d.D);
+  if (o.pre_mix.present()) in.pre_mix = gather(o.pre_mix, t0, d.T, d.N);
+  in.select_first_stream = o.select_first_stream;
   const ForwardOutputs64 out = forward(in);
   scatter(o.h_in, d.x_dtype, out.h_in, t0, d.T, 1, d.D);
   if (!d.head) scatter(o.h_post, out.h_post, t0, d.T, d.N);

@@ -19,6 +19,10 @@ struct ForwardInputs64 {
   std::vector<double> x, phi, alpha, bias, gamma;
   double norm_eps = 1e-6, hc_eps = 1e-6;
   bool hf32 = false;  // the product of HF32 operands: hf32(phi) . hf32(fp32(v * gamma)) (SPEC §7)
+  // Single pass (SPEC §14): h_in collapses with pre_mix [T,N] when given, or is
+  // stream 0 when select_first_stream; otherwise with h_pre (§2).
+  std::vector<double> pre_mix;
+  bool select_first_stream = false;
 };
 struct ForwardOutputs64 {
   std::vector<double> h_in, h_post, h_res, inv_rms, h_mix, h_pre;  // [T,D] [T,N] [T,R] [T] [T,F] [T,N]
@@ -36,10 +40,14 @@ struct BackwardInputs64 {
   // The products of HF32 operands (SPEC §7): gu = hf32(phi)^T hf32(G) and
   // grad_phi = sum_t hf32(G_t) hf32(fp32(v_t * gamma))^T, G rounded to fp32 first.
   bool hf32 = false;
+  // Single pass (SPEC §14): grad_x's collapse term takes pre_mix [T,N] (empty: h_pre);
+  // with grad_h_pre [T,N] given, g_pre is grad_h_pre and sum_d v grad_h_in is grad_pre_mix.
+  std::vector<double> pre_mix, grad_h_pre;
 };
 struct BackwardOutputs64 {
   std::vector<double> grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma;  // grad_gamma always [K]
-  // [T,K] |h_pre grad_h_in| + |gamma gu| + |c v| + |grad_x_post|: the scale of grad_x's rounding
+  std::vector<double> grad_pre_mix;  // [T,N] sum_d v grad_h_in (with grad_h_pre given)
+  // [T,K] |w grad_h_in| (w: h_pre or pre_mix) + |gamma gu| + |c v| + |grad_x_post|: the scale of grad_x's rounding
   std::vector<double> grad_x_magnitude;
 };
 BackwardOutputs64 backward(const BackwardInputs64& in);

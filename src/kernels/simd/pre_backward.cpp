@@ -194,7 +194,7 @@ void BackwardRows(const BackwardStep& step, int64_t chunk0, int64_t t0, int64_t 
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t gh_at = o.grad_h_in.at(t, 0);
       for (int64_t n = 0; n < d.N; ++n) {
-        const VF h_pre = hn::Set(df, o.h_pre.at(t)[n]);
+        const VF h_pre = hn::Set(df, common::collapse_weights(o, t)[n]);  // or the carried pre-mix
         const int64_t out_at = o.grad_x.at(t, n);
         const int64_t post_at = has_post ? o.grad_x_post.at(t, n) : 0;
         int64_t j = 0, strip = 0;

@@ -18,6 +18,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <algorithm>
+#include <cstring>
 #include <cstdint>
 
 #include "hwy/cache_control.h"  // FlushStream
@@ -152,13 +153,20 @@ static void RunTiles(const ForwardScratch& s, int64_t tokens, int64_t rows, int6
               rows * L, from_zero);
 }
 
-// h_in = sum_n h_pre[n] v[n], n ascending, for token t: whole vectors through
-// WeightedRows, the last partial vector gathered.
-static void HInRow(const ForwardOperands& o, int64_t t, const float* h_pre) {
+// h_in = sum_n w[n] v[n], n ascending, for token t (w: h_pre, or the carried
+// pre-mix): whole vectors through WeightedRows, the last partial vector gathered.
+static void HInRow(const ForwardOperands& o, int64_t t, const float* own_h_pre) {
   const PreShape& d = o.shape;
   const DF df;
   const int64_t L = hn::Lanes(df), full = d.D / L * L;
   const int64_t x_row = o.x.at(t, 0), h_row = o.h_in.at(t, 0), xn = o.x.stream_stride;
+  if (o.select_first_stream) {  // the first single-pass site: stream 0 as it is
+    const size_t esize = core::element_size(d.x_dtype);
+    std::memcpy(static_cast<char*>(o.h_in.data) + h_row * esize,
+                static_cast<const char*>(o.x.data) + x_row * esize, size_t(d.D) * esize);
+    return;
+  }
+  const float* h_pre = common::collapse_weights(o, t, own_h_pre);
   // h_in larger than the caches: streaming stores skip reading its lines first
   // (mhc-bench a forward: 32 MiB of h_in).
   const bool stream = d.T * d.D * core::element_size(d.x_dtype) > kStreamHInBytes;

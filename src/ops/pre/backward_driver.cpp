@@ -43,6 +43,9 @@ Staging staging_of(core::BackwardProblem* p) {
   staging.add(&p->h_post, View::token_rows, false);
   staging.add(&p->gamma, View::matrix, false);
   staging.add(&p->grad_x_post, View::stream_rows, false);
+  staging.add(&p->pre_mix, View::token_rows, false);
+  staging.add(&p->grad_h_pre, View::token_rows, false);
+  staging.add(&p->grad_pre_mix, View::token_rows, true);
   staging.add(&p->grad_x, View::stream_rows, true);
   staging.add(&p->grad_phi, View::matrix, true);
   staging.add(&p->grad_alpha, View::matrix, true);
@@ -68,6 +71,9 @@ kernels::BackwardOperands operands_of(const core::BackwardProblem& p) {
   o.h_post = token_rows<const float>(p.h_post);
   o.grad_x_post = stream_rows<const void>(p.grad_x_post);
   if (p.grad_x_post.data != nullptr) o.grad_x_post_dtype = p.grad_x_post.dtype;
+  o.pre_mix = token_rows<const float>(p.pre_mix);
+  o.grad_h_pre = token_rows<const float>(p.grad_h_pre);
+  o.grad_pre_mix = token_rows<float>(p.grad_pre_mix);
   o.grad_x = stream_rows<void>(p.grad_x);
   o.grad_phi = matrix<float>(p.grad_phi);
   o.grad_gamma = matrix<float>(p.grad_gamma);

@@ -51,6 +51,7 @@ Staging staging_of(core::ForwardProblem* p) {
   staging.add(&p->inv_rms, View::token_rows, true);
   staging.add(&p->h_mix, View::token_rows, true);
   staging.add(&p->h_pre, View::token_rows, true);
+  staging.add(&p->pre_mix, View::token_rows, false);
   return staging;
 }
 
@@ -70,6 +71,8 @@ kernels::ForwardOperands operands_of(const core::ForwardProblem& p) {
   o.inv_rms = token_rows<float>(p.inv_rms);
   o.h_mix = token_rows<float>(p.h_mix);
   o.h_pre = token_rows<float>(p.h_pre);
+  o.pre_mix = token_rows<const float>(p.pre_mix);
+  o.select_first_stream = p.select_first_stream;
   return o;
 }
 

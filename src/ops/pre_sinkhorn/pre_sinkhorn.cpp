@@ -11,35 +11,12 @@
 #include "ops/pre/backward.hpp"
 #include "ops/pre/forward.hpp"
 #include "ops/pre/operands.hpp"
+#include "ops/composition.hpp"
 #include "ops/pre_sinkhorn/pre_sinkhorn.hpp"
 #include "ops/sinkhorn/sinkhorn.hpp"
 
 namespace mhc::ops::pre_sinkhorn {
 namespace {
-
-// A flat [.., N*N] view as [.., N, N] (the Sinkhorn's form); [.., N, N] as it is.
-TensorView as_matrices(const TensorView& v, int64_t N, int token_dims) {
-  if (v.rank != token_dims + 1 || v.rank + 1 > kMaxRank) return v;
-  TensorView m = v;
-  m.rank = v.rank + 1;
-  m.shape[v.rank - 1] = N;
-  m.shape[v.rank] = N;
-  m.strides[v.rank - 1] = v.strides[v.rank - 1] * N;
-  m.strides[v.rank] = v.strides[v.rank - 1];
-  return m;
-}
-
-// The same dims, contiguous, at `data` (a workspace buffer).
-core::Strided contiguous_like(const core::Strided& s, void* data) {
-  core::Strided c = s;
-  c.data = data;
-  int64_t stride = 1;
-  for (int i = 3; i >= 0; --i) {
-    c.stride[i] = c.shape[i] > 1 ? stride : 0;
-    stride *= c.shape[i];
-  }
-  return c;
-}
 
 // CANN's [.., 1] inv_rms as the pre operators' [..] (other views as they are).
 TensorView without_unit_dim(const TensorView& v, const TensorView& x) {
@@ -49,33 +26,6 @@ TensorView without_unit_dim(const TensorView& v, const TensorView& x) {
   return u;
 }
 
-// phi in the permutation form (F = 2N + N!, SPEC §6) has no N*N residual logits
-// for the Sinkhorn: named before the pre block's checks of the outputs (which would
-// name h_res). Other wrong forms are the pre block's and three_entries' to name.
-Status check_residual_rows(const TensorView& x, const TensorView& phi) {
-  if ((x.rank != 3 && x.rank != 4) || phi.rank != 2) return {};
-  const int64_t N = x.shape[x.rank - 2];
-  if (N < 1 || N > (int64_t(1) << 20)) return {};  // the pre block's checks name such x
-  const int64_t R = N * N, permutations = factorial_saturated(N);
-  if (permutations != R && phi.shape[0] - 2 * N == permutations)  // N = 1: the two forms are one
-    return shape_error("phi", "[F,N*D] with F = 2N+N*N = " + std::to_string(2 * N + R) +
-                                  " (the fused pair's Sinkhorn takes N*N residual logits)",
-                       phi);
-  return {};
-}
-
-Status three_entries(const core::Dims& d, const TensorView& alpha) {
-  if (d.alpha_entries() != 3)
-    return shape_error("alpha", "[3] (the fused pair has the residual branch)", alpha);
-  return {};
-}
-
-// A non-null address that stands for a workspace buffer while sizing (layouts,
-// not addresses, decide the workspace).
-void* const kSizingAddress = reinterpret_cast<void*>(uintptr_t(64));
-
-size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
-
 struct ForwardLayout {
   size_t z_bytes, rest;
 };
@@ -83,7 +33,7 @@ ForwardLayout forward_layout(const ForwardProblem& problem, int num_threads) {
   ForwardProblem sized = problem;
   sized.pre.h_res = contiguous_like(problem.pre.h_res, kSizingAddress);
   sized.sinkhorn.z = contiguous_like(problem.sinkhorn.z, kSizingAddress);
-  const size_t z_bytes = aligned(size_t(problem.pre.dims.T * problem.pre.dims.R) * sizeof(float));
+  const size_t z_bytes = aligned64(size_t(problem.pre.dims.T * problem.pre.dims.R) * sizeof(float));
   return {z_bytes, std::max(pre::forward::workspace_bytes(sized.pre, num_threads),
                             sinkhorn::forward_workspace_bytes(sized.sinkhorn, num_threads))};
 }
@@ -97,7 +47,7 @@ BackwardLayout backward_layout(const BackwardProblem& problem, int num_threads) 
   sized.pre.grad_h_res = contiguous_like(problem.pre.grad_h_res, kSizingAddress);
   sized.pre.h_post = contiguous_like(problem.pre.h_post, kSizingAddress);
   const core::Dims& d = problem.pre.dims;
-  return {aligned(size_t(d.T * d.R) * sizeof(float)), aligned(size_t(d.T * d.N) * sizeof(float)),
+  return {aligned64(size_t(d.T * d.R) * sizeof(float)), aligned64(size_t(d.T * d.N) * sizeof(float)),
           std::max(sinkhorn::backward_workspace_bytes(sized.sinkhorn, num_threads),
                    pre::backward::workspace_bytes(sized.pre, num_threads))};
 }
@@ -115,14 +65,14 @@ Status validate_forward(const PreSinkhornForwardInputs& in, const PreSinkhornFor
                       "the caches inv_rms, h_mix, h_pre, norm_out, sum_out come all five or none; this one is missing");
   }
   ForwardProblem problem;
-  MHC_RETURN_IF_ERROR(check_residual_rows(in.x, in.phi));
+  MHC_RETURN_IF_ERROR(check_residual_rows(in.x, in.phi, "the fused pair's"));
   std::optional<TensorView> inv_rms = out.inv_rms;
   if (inv_rms) inv_rms = without_unit_dim(*inv_rms, in.x);
   const PreForwardInputs pre_in{in.x, in.phi, in.alpha, in.bias, std::nullopt};
   const PreForwardOutputs pre_out{out.h_in, out.h_post, out.h_res, inv_rms, out.h_mix, out.h_pre};
   MHC_RETURN_IF_ERROR(pre::forward::validate(pre_in, pre_out, options, &problem.pre, {.eps_values = rules.eps_values}));
   const core::Dims& d = problem.pre.dims;
-  MHC_RETURN_IF_ERROR(three_entries(d, in.alpha));
+  MHC_RETURN_IF_ERROR(check_three_entries(d, in.alpha, "the fused pair has the residual branch"));
   const int token_dims = d.bsnd ? 2 : 1;
   const TensorView h_res = as_matrices(out.h_res, d.N, token_dims);
   const SinkhornForwardInputs sinkhorn_in{h_res, options.hc_eps, in.num_iters};
@@ -143,7 +93,7 @@ Status validate_forward(const PreSinkhornForwardInputs& in, const PreSinkhornFor
 Status validate_backward(const PreSinkhornBackwardInputs& in, const PreSinkhornBackwardOutputs& out,
                          const Options& options, BackwardProblem* p, const Rules& rules) {
   BackwardProblem problem;
-  MHC_RETURN_IF_ERROR(check_residual_rows(in.x, in.phi));
+  MHC_RETURN_IF_ERROR(check_residual_rows(in.x, in.phi, "the fused pair's"));
   // h_post is recomputed into the workspace: grad_h_post's view stands for its shape.
   const PreBackwardInputs pre_in{in.x,      in.phi,   in.alpha,       in.grad_h_in,
                                  in.grad_h_post, in.grad_h_res, without_unit_dim(in.inv_rms, in.x),
@@ -151,7 +101,7 @@ Status validate_backward(const PreSinkhornBackwardInputs& in, const PreSinkhornB
   const PreBackwardOutputs pre_out{out.grad_x, out.grad_phi, out.grad_alpha, out.grad_bias, std::nullopt};
   MHC_RETURN_IF_ERROR(pre::backward::validate(pre_in, pre_out, options, &problem.pre, {.eps_values = rules.eps_values}));
   const core::Dims& d = problem.pre.dims;
-  MHC_RETURN_IF_ERROR(three_entries(d, in.alpha));
+  MHC_RETURN_IF_ERROR(check_three_entries(d, in.alpha, "the fused pair has the residual branch"));
   MHC_RETURN_IF_ERROR(check_fp32("bias", in.bias, {{{d.F}, {"F"}}}));
   const int token_dims = d.bsnd ? 2 : 1;
   const TensorView grad_h_res = as_matrices(in.grad_h_res, d.N, token_dims);

@@ -1,0 +1,49 @@
+// The composed operators' shared views and checks (composition.hpp).
+#include "ops/composition.hpp"
+
+#include <string>
+
+#include "ops/pre/operands.hpp"
+
+namespace mhc::ops {
+
+TensorView as_matrices(const TensorView& v, int64_t N, int token_dims) {
+  if (v.rank != token_dims + 1 || v.rank + 1 > kMaxRank) return v;
+  TensorView m = v;
+  m.rank = v.rank + 1;
+  m.shape[v.rank - 1] = N;
+  m.shape[v.rank] = N;
+  m.strides[v.rank - 1] = v.strides[v.rank - 1] * N;
+  m.strides[v.rank] = v.strides[v.rank - 1];
+  return m;
+}
+
+core::Strided contiguous_like(const core::Strided& s, void* data) {
+  core::Strided c = s;
+  c.data = data;
+  int64_t stride = 1;
+  for (int i = 3; i >= 0; --i) {
+    c.stride[i] = c.shape[i] > 1 ? stride : 0;
+    stride *= c.shape[i];
+  }
+  return c;
+}
+
+Status check_residual_rows(const TensorView& x, const TensorView& phi, const char* whose) {
+  if ((x.rank != 3 && x.rank != 4) || phi.rank != 2) return {};
+  const int64_t N = x.shape[x.rank - 2];
+  if (N < 1 || N > (int64_t(1) << 20)) return {};  // the pre block's checks name such x
+  const int64_t R = N * N, permutations = factorial_saturated(N);
+  if (permutations != R && phi.shape[0] - 2 * N == permutations)  // N = 1: the two forms are one
+    return shape_error("phi", "[F,N*D] with F = 2N+N*N = " + std::to_string(2 * N + R) + " (" + whose +
+                                  " Sinkhorn takes N*N residual logits)",
+                       phi);
+  return {};
+}
+
+Status check_three_entries(const core::Dims& d, const TensorView& alpha, const char* what) {
+  if (d.alpha_entries() != 3) return shape_error("alpha", std::string("[3] (") + what + ")", alpha);
+  return {};
+}
+
+}  // namespace mhc::ops

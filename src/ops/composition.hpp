@@ -1,0 +1,30 @@
+// What the operators composed of others (ops/pre_sinkhorn, ops/pre_single_pass)
+// share: views of their workspace buffers and the checks of the residual branch
+// their Sinkhorn needs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/problem.hpp"
+#include "mhc/mhc.hpp"
+
+namespace mhc::ops {
+
+// A flat [.., N*N] view as [.., N, N] (the Sinkhorn's form); [.., N, N] as it is.
+TensorView as_matrices(const TensorView& v, int64_t N, int token_dims);
+// The same dims, contiguous, at `data` (a workspace buffer).
+core::Strided contiguous_like(const core::Strided& s, void* data);
+// phi in the permutation form (F = 2N + N!, SPEC §6) has no N*N residual logits for
+// a Sinkhorn: named before the pre block's checks of the outputs (which would name
+// h_res). `whose` says whose Sinkhorn ("the fused pair's").
+Status check_residual_rows(const TensorView& x, const TensorView& phi, const char* whose);
+// alpha [3]: `what` says why the operator needs the residual branch.
+Status check_three_entries(const core::Dims& d, const TensorView& alpha, const char* what);
+
+// A non-null address that stands for a workspace buffer while sizing (layouts,
+// not addresses, decide the workspace).
+inline void* const kSizingAddress = reinterpret_cast<void*>(uintptr_t(64));
+inline size_t aligned64(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+}  // namespace mhc::ops
