@@ -6,6 +6,7 @@
 
 #include "driver/post.hpp"
 #include "driver/pre.hpp"
+#include "driver/pre_single_pass.hpp"
 #include "driver/sinkhorn.hpp"
 
 namespace mhc_bench {
@@ -44,6 +45,12 @@ int run_checks(const std::vector<ShapeSpec>& shapes, const std::vector<std::stri
       c.S = tokens(4096, max_tokens), c.N = 4, c.D = 4096, c.dtype = mhc::DType::bf16, c.seed = 7;
       all = report("post (T=" + std::to_string(c.S) + " N=4 D=4096 bf16) MhcPost + backward",
                    driver::check(driver::PostDriver(), c)) &&
+            all;
+    } else if (name == "boundary") {
+      mhc_test::single_pass::SCase c;
+      c.S = tokens(4096, max_tokens), c.N = 4, c.D = 4096, c.dtype = mhc::DType::bf16, c.seed = 7;
+      all = report("boundary (T=" + std::to_string(c.S) + " N=4 D=4096 bf16) MhcPreSinglePass + backward",
+                   driver::check(driver::PreSinglePassDriver(), c)) &&
             all;
     } else if (name == "sinkhorn") {
       mhc_test::layer::SCase c;

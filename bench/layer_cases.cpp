@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <optional>
 
 namespace mhc_bench {
 namespace {
@@ -109,12 +110,101 @@ std::vector<LayerCase> sinkhorn_cases(int threads, int runs, double min_seconds)
   return cases;
 }
 
+// The layer boundary (SPEC §15) at T=4096 N=4 D=4096 bf16: MhcPostPre forward in
+// both variants beside the unfused pair it replaces (the same bits), and the
+// single-pass backward beside MhcPreBackward + MhcSinkhornBackward (recomputed
+// from z) on the same shape. bytes: the boundary's minimum, read x_s and y,
+// write x_{s+1} and h_in (SPEC §15); the backward's: its inputs read once.
+std::vector<LayerCase> boundary_cases(int threads, int runs, double min_seconds) {
+  const int64_t T = 4096, N = 4, D = 4096, K = N * D, F = 2 * N + N * N, I = 20;
+  const double e = 2;  // bf16
+  Buffer x(T * K * 2), h_res(T * N * N * 4), y(T * D * 2), h_post(T * N * 4), x_next(T * K * 2);
+  Buffer phi(F * K * 4), alpha(3 * 4), bias(F * 4), pre_mix(T * N * 4);
+  Buffer h_in(T * D * 2), h_pre(T * N * 4), h_post_next(T * N * 4), h_res_next(T * N * N * 4), z(T * N * N * 4);
+  Buffer inv_rms(T * 4), h_mix(T * F * 4), grad_h_in(T * D * 2), grad_h_pre(T * N * 4), grad_h_post(T * N * 4);
+  Buffer grad_h_res(T * N * N * 4), grad_z(T * N * N * 4), grad_x(T * K * 2), grad_pre_mix(T * N * 4);
+  Buffer grad_phi(F * K * 4), grad_alpha(3 * 4), grad_bias(F * 4);
+  fill_activation(x.data, DType::bf16, T * K, 11, 1.0f);
+  fill_activation(y.data, DType::bf16, T * D, 12, 1.0f);
+  fill_activation(grad_h_in.data, DType::bf16, T * D, 13, 1.0f);
+  fill_f32(h_res.data, T * N * N, 14, 0.5f, 0.0f);
+  fill_f32(h_post.data, T * N, 15, 1.0f, 0.5f);
+  fill_f32(phi.data, F * K, 16, 0.02f, -0.01f);
+  fill_f32(alpha.data, 3, 17, 0.5f, 0.5f);
+  fill_f32(bias.data, F, 18, 1.0f, -0.5f);
+  fill_f32(pre_mix.data, T * N, 19, 1.0f, 0.0f);
+  fill_f32(grad_h_pre.data, T * N, 20, 1.0f, -0.5f);
+  fill_f32(grad_h_post.data, T * N, 21, 1.0f, -0.5f);
+  fill_f32(grad_h_res.data, T * N * N, 22, 1.0f, -0.5f);
+  auto v = [](Buffer& b, DType t, std::initializer_list<int64_t> shape) { return TensorView(b.data, t, shape); };
+  const TensorView xv = v(x, DType::bf16, {T, N, D}), xn = v(x_next, DType::bf16, {T, N, D});
+  const TensorView hres = v(h_res, DType::fp32, {T, N, N}), yv = v(y, DType::bf16, {T, D});
+  const TensorView hpost = v(h_post, DType::fp32, {T, N}), phiv = v(phi, DType::fp32, {F, K});
+  const TensorView alphav = v(alpha, DType::fp32, {3}), biasv = v(bias, DType::fp32, {F});
+  const TensorView pmix = v(pre_mix, DType::fp32, {T, N}), hin = v(h_in, DType::bf16, {T, D});
+  const TensorView hpre = v(h_pre, DType::fp32, {T, N}), hpn = v(h_post_next, DType::fp32, {T, N});
+  const TensorView hrn = v(h_res_next, DType::fp32, {T, N, N}), zv = v(z, DType::fp32, {T, N, N});
+  const TensorView rms = v(inv_rms, DType::fp32, {T}), mix = v(h_mix, DType::fp32, {T, F});
+  const double small = T * N * N * 4.0 + 3 * T * N * 4.0 + T * (F + 1) * 4.0;
+  const double pre_flops = 2.0 * T * F * K, post_flops = double(T * K) * (2 * N + 2);
+  const OperatorCost boundary{pre_flops + post_flops, 2 * T * K * e + 2 * T * D * e + small};
+  const std::string shape = "T=4096 N=4 D=4096 bf16";
+  auto options = [](int n) { mhc::Options o; o.num_threads = n; return o; };
+  std::vector<LayerCase> cases;
+  for (int single_pass : {0, 1}) {
+    const std::string variant = single_pass ? " V4.1" : " V4";
+    const std::optional<TensorView> mix_in = single_pass ? std::optional<TensorView>(pmix) : std::nullopt;
+    cases.push_back(timed("post_pre", "forward", shape + variant, boundary, threads, runs, min_seconds, [&](int n) {
+      require(mhc::post_pre_forward({xv, hres, yv, hpost, phiv, alphav, biasv, std::nullopt, mix_in, single_pass,
+                                     1e-6, I},
+                                    {xn, hin, hpre, hpn, hrn, rms, mix}, options(n)),
+              "post_pre forward");
+    }));
+    cases.push_back(timed("unfused", "forward", shape + variant, boundary, threads, runs, min_seconds, [&](int n) {
+      require(mhc::post_forward({xv, hres, yv, hpost}, {xn}, options(n)), "post forward");
+      if (single_pass) {
+        require(mhc::pre_single_pass_forward({xn, phiv, alphav, biasv, std::nullopt, pmix, 1e-6, I},
+                                             {hin, hpre, hpn, hrn, rms, mix}, options(n)),
+                "single pass forward");
+      } else {
+        require(mhc::pre_forward({xn, phiv, alphav, biasv, std::nullopt}, {hin, hpn, zv, rms, mix, hpre}, options(n)),
+                "pre forward");
+        require(mhc::sinkhorn_forward({zv, 1e-6, I}, {hrn, std::nullopt, std::nullopt}, options(n)),
+                "sinkhorn forward");
+      }
+    }));
+  }
+  // The backwards read the forward's caches (the V4.1 forward's last run above).
+  const TensorView ghin = v(grad_h_in, DType::bf16, {T, D}), ghpre = v(grad_h_pre, DType::fp32, {T, N});
+  const TensorView ghpost = v(grad_h_post, DType::fp32, {T, N}), ghres = v(grad_h_res, DType::fp32, {T, N, N});
+  const TensorView gz = v(grad_z, DType::fp32, {T, N, N}), gx = v(grad_x, DType::bf16, {T, N, D});
+  const TensorView gpmix = v(grad_pre_mix, DType::fp32, {T, N}), gphi = v(grad_phi, DType::fp32, {F, K});
+  const TensorView galpha = v(grad_alpha, DType::fp32, {3}), gbias = v(grad_bias, DType::fp32, {F});
+  const OperatorCost backward{2 * 2.0 * T * F * K, 2 * T * K * e + T * D * e + F * K * 4.0 + small};
+  cases.push_back(timed("pre_sp", "backward", shape + " V4.1", backward, threads, runs, min_seconds, [&](int n) {
+    require(mhc::pre_single_pass_backward({xn, phiv, alphav, biasv, std::nullopt, pmix, ghin, ghpre, ghpost, ghres,
+                                           rms, mix, hpre, hpn, std::nullopt, 1e-6, I},
+                                          {gx, gpmix, gphi, galpha, gbias, std::nullopt}, options(n)),
+            "single pass backward");
+  }));
+  cases.push_back(timed("pre+sk", "backward", shape + " V4", backward, threads, runs, min_seconds, [&](int n) {
+    mhc::SinkhornBackwardInputs sin;
+    sin.grad_h_res = ghres, sin.z = zv, sin.eps = 1e-6, sin.num_iters = I;
+    require(mhc::sinkhorn_backward(sin, {gz}, options(n)), "sinkhorn backward");
+    require(mhc::pre_backward({xn, phiv, alphav, ghin, ghpost, gz, rms, mix, hpre, hpn, std::nullopt, std::nullopt},
+                              {gx, gphi, galpha, gbias, std::nullopt}, options(n)),
+            "pre backward");
+  }));
+  return cases;
+}
+
 }  // namespace
 
-bool is_layer_case(const std::string& name) { return name == "post" || name == "sinkhorn"; }
+bool is_layer_case(const std::string& name) { return name == "post" || name == "sinkhorn" || name == "boundary"; }
 
 std::vector<LayerCase> run_layer_cases(const std::string& name, int threads, int runs, double min_seconds) {
   if (name == "post") return post_cases(threads, runs, min_seconds);
+  if (name == "boundary") return boundary_cases(threads, runs, min_seconds);
   return sinkhorn_cases(threads, runs, min_seconds);
 }
 

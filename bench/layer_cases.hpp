@@ -10,7 +10,7 @@
 namespace mhc_bench {
 
 struct LayerCase {
-  std::string name;    // "post" or "sinkhorn"
+  std::string name;    // "post", "sinkhorn", "post_pre", "unfused", "pre_sp", "pre+sk"
   std::string op;      // "forward", "backward", ...
   std::string shape;   // e.g. "T=4096 N=4 D=4096 bf16"
   OperatorCost cost;   // bytes: every input read once, every output written once
@@ -19,7 +19,10 @@ struct LayerCase {
 
 // The cases of `name` ("post": forward and backward at T=4096 N=4 D=4096 bf16;
 // "sinkhorn": T=65536 N=4, 20 iterations, forward with caches, backward from
-// them, and the forward without caches plus the backward recomputing it).
+// them, and the forward without caches plus the backward recomputing it;
+// "boundary": MhcPostPre's forward in both variants beside the unfused pair, and
+// the single-pass backward beside MhcPreBackward + MhcSinkhornBackward, at T=4096
+// N=4 D=4096 bf16).
 std::vector<LayerCase> run_layer_cases(const std::string& name, int threads, int runs, double min_seconds);
 bool is_layer_case(const std::string& name);
 

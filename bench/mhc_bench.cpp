@@ -6,7 +6,7 @@
 //
 // Then the layer operators (layer_cases.hpp) in a second table.
 //
-//   mhc-bench [--json PATH] [--shapes a,b,c,d,e,decode,post,sinkhorn] [--runs N] [--threads N]
+//   mhc-bench [--json PATH] [--shapes a,b,c,d,e,decode,post,sinkhorn,boundary] [--runs N] [--threads N]
 //             [--min-seconds S] [--stream-mib M]
 //   mhc-bench --check [--shapes ...] [--check-tokens N]: the same problems through the
 //             operators' test drivers against float64 (check_mode.hpp), no timing.
@@ -38,7 +38,7 @@ namespace {
 struct CommandLine {
   std::string json_path = "bench-results.json";
   std::string commit = MHC_BENCH_COMMIT;  // the checkout configured, unless --commit names another
-  std::vector<std::string> shapes{"a", "b", "c", "d", "e", "decode", "post", "sinkhorn"};
+  std::vector<std::string> shapes{"a", "b", "c", "d", "e", "decode", "post", "sinkhorn", "boundary"};
   int runs = 5;
   int threads = 0;           // 0: hardware threads
   double min_seconds = 0.5;  // keep timing small cases until this much time is spent
@@ -50,7 +50,7 @@ struct CommandLine {
 [[noreturn]] void usage(const char* error) {
   if (error) std::fprintf(stderr, "mhc-bench: %s\n", error);
   std::fprintf(stderr,
-               "usage: mhc-bench [--json PATH] [--shapes a,b,c,d,e,decode,post,sinkhorn] [--runs N] [--threads N]\n"
+               "usage: mhc-bench [--json PATH] [--shapes a,b,c,d,e,decode,post,sinkhorn,boundary] [--runs N] [--threads N]\n"
                "                 [--min-seconds S] [--stream-mib M] [--commit REV]\n"
                "       mhc-bench --check [--shapes ...] [--check-tokens N]   (no timing: every face and\n"
                "                 family against the float64 references, at most N tokens a problem)\n"
@@ -58,7 +58,8 @@ struct CommandLine {
                "          c T=2048 N=8 D=2048 fp16 (no gamma) | d T=1024 N=4 D=512 bf16 |\n"
                "          e T=1 N=4 D=7168 bf16 (forward only) |\n"
                "          decode T=1,4,16,32,64 N=4 D=4096,7168 bf16 forward, C++ and aclnn, with the floor probe |\n"
-               "          post MhcPost T=4096 N=4 D=4096 bf16 | sinkhorn MhcSinkhorn T=65536 N=4 20 iterations\n");
+               "          post MhcPost T=4096 N=4 D=4096 bf16 | sinkhorn MhcSinkhorn T=65536 N=4 20 iterations |\n"
+               "          boundary MhcPostPre (V4, V4.1) and the single-pass backward T=4096 N=4 D=4096 bf16\n");
   std::exit(error ? 2 : 0);
 }
 

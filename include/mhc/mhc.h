@@ -163,6 +163,29 @@ MHC_API int mhc_collapse_backward(const mhc_tensor *grad_h, const mhc_tensor *x,
                                   const mhc_tensor *grad_x, const mhc_tensor *grad_pre_mix,
                                   const mhc_options *options /* nullable: defaults */);
 
+/* MhcPostPre (SPEC §15): MhcPost of site s then site s+1's pre on x_next;
+   single_pass 0: V4 (pre_mix NULL), 1: V4.1. */
+MHC_API int mhc_post_pre_forward(const mhc_tensor *x, const mhc_tensor *h_res /* nullable */,
+                                 const mhc_tensor *h_out, const mhc_tensor *h_post, const mhc_tensor *phi,
+                                 const mhc_tensor *alpha, const mhc_tensor *bias,
+                                 const mhc_tensor *gamma /* nullable */, const mhc_tensor *pre_mix /* nullable */,
+                                 int64_t single_pass, double sinkhorn_eps, int64_t num_iters,
+                                 const mhc_tensor *x_next, const mhc_tensor *h_in, const mhc_tensor *h_pre,
+                                 const mhc_tensor *h_post_next, const mhc_tensor *h_res_next,
+                                 const mhc_tensor *inv_rms, const mhc_tensor *h_mix,
+                                 const mhc_options *options /* nullable: defaults */);
+MHC_API int mhc_post_pre_backward(
+    const mhc_tensor *x, const mhc_tensor *h_res /* nullable */, const mhc_tensor *h_out, const mhc_tensor *h_post,
+    const mhc_tensor *phi, const mhc_tensor *alpha, const mhc_tensor *bias, const mhc_tensor *gamma /* nullable */,
+    const mhc_tensor *pre_mix /* nullable */, const mhc_tensor *x_next, const mhc_tensor *grad_x_next /* nullable */,
+    const mhc_tensor *grad_h_in, const mhc_tensor *grad_h_pre /* nullable */, const mhc_tensor *grad_h_post_next,
+    const mhc_tensor *grad_h_res_next, const mhc_tensor *inv_rms, const mhc_tensor *h_mix, const mhc_tensor *h_pre,
+    const mhc_tensor *h_post_next, int64_t single_pass, double sinkhorn_eps, int64_t num_iters,
+    const mhc_tensor *grad_x, const mhc_tensor *grad_h_res /* nullable */, const mhc_tensor *grad_h_out,
+    const mhc_tensor *grad_h_post, const mhc_tensor *grad_pre_mix /* nullable */, const mhc_tensor *grad_phi,
+    const mhc_tensor *grad_alpha, const mhc_tensor *grad_bias, const mhc_tensor *grad_gamma /* iff gamma */,
+    const mhc_options *options /* nullable: defaults */);
+
 /* What each operator function above takes, in order, for bindings that build their
    prototypes at run time (the Python package does); made from the same description
    (src/description/operators.def) as the functions themselves. */

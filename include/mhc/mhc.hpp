@@ -317,6 +317,56 @@ struct CollapseBackwardOutputs {
 MHC_API Status collapse_backward(const CollapseBackwardInputs& in, const CollapseBackwardOutputs& out,
                                  const Options& options = {});
 
+// MhcPostPre (SPEC §15): MhcPost of site s (x, h_res, h_out, h_post) then site s+1's
+// pre on the rounded x_next: V4 (single_pass false: MhcPre with gamma and the
+// Sinkhorn, h_in collapsed with its own h_pre; pre_mix must be absent) or V4.1
+// (single_pass true: pre_single_pass_forward with pre_mix). The same bits as that chain.
+struct PostPreForwardInputs {
+  TensorView x;                          // [.., N, D] site s's streams
+  std::optional<TensorView> h_res;       // [.., N, N] site s's H; absent: the identity
+  TensorView h_out, h_post;              // site s's sub-layer output [.., D] (x's dtype) and h_post [.., N]
+  TensorView phi, alpha, bias;           // site s+1's
+  std::optional<TensorView> gamma, pre_mix;
+  int64_t single_pass = 0;
+  double sinkhorn_eps = 1e-6;
+  int64_t num_iters = 20;
+};
+struct PostPreForwardOutputs {
+  TensorView x_next;                      // [.., N, D], x's dtype
+  TensorView h_in, h_pre, h_post_next, h_res_next, inv_rms, h_mix;  // site s+1's pre (its h_post, H)
+};
+MHC_API Status post_pre_forward(const PostPreForwardInputs& in, const PostPreForwardOutputs& out,
+                                const Options& options = {});
+
+// Its backward: site s+1's pre backward (grad_x_next, the gradient x_next receives
+// elsewhere, entering as its grad_x_post; in V4 a grad_h_pre adds to h_pre's collapse
+// sums), its grad_x rounded once to x's dtype, then MhcPostBackward of site s.
+struct PostPreBackwardInputs {
+  TensorView x;
+  std::optional<TensorView> h_res;
+  TensorView h_out, h_post, phi, alpha, bias;
+  std::optional<TensorView> gamma, pre_mix;
+  TensorView x_next;                        // the forward's
+  std::optional<TensorView> grad_x_next;    // x's dtype or fp32; absent = 0
+  TensorView grad_h_in;
+  std::optional<TensorView> grad_h_pre;     // absent = 0
+  TensorView grad_h_post_next, grad_h_res_next;
+  TensorView inv_rms, h_mix, h_pre, h_post_next;  // the forward's
+  int64_t single_pass = 0;
+  double sinkhorn_eps = 1e-6;
+  int64_t num_iters = 20;
+};
+struct PostPreBackwardOutputs {
+  TensorView grad_x;                        // x's dtype or fp32
+  std::optional<TensorView> grad_h_res;     // written when given
+  TensorView grad_h_out, grad_h_post;
+  std::optional<TensorView> grad_pre_mix;   // V4.1 with pre_mix only
+  TensorView grad_phi, grad_alpha, grad_bias;
+  std::optional<TensorView> grad_gamma;     // iff gamma
+};
+MHC_API Status post_pre_backward(const PostPreBackwardInputs& in, const PostPreBackwardOutputs& out,
+                                 const Options& options = {});
+
 // The process default family's name ("amx", "avx512", "avx2", "sve2", "sve", "neon", "portable", "reference").
 MHC_API const char* isa();
 // Sets the process default; Isa::automatic goes back to MHC_ISA or the best. A family

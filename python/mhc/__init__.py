@@ -1,6 +1,6 @@
 """mhc: the operators of an mHC layer on CPU torch tensors: MhcPre, MhcSinkhorn, MhcPost,
-CANN's fused MhcPreSinkhorn, DeepSeek-V4.1's MhcPreSinglePass and MhcCollapse, and their
-backwards.
+CANN's fused MhcPreSinkhorn, DeepSeek-V4.1's MhcPreSinglePass and MhcCollapse, the fused
+layer boundary MhcPostPre, and their backwards.
 
     h_in, h_post, h_res, inv_rms, h_mix, h_pre = mhc.npu_mhc_pre(x, phi, alpha, bias, out_flag=1)
     # inner_precise=1: h_mix's product on HF32-rounded operands (SPEC §7)
@@ -26,6 +26,12 @@ site's h_pre (None at the first site: stream 0), differentiable in every input:
     h_in, h_pre, h_post, H = mhc.mhc_pre_single_pass(x, phi, alpha, bias, pre_mix)
     h = mhc.mhc_collapse(x_last, h_pre_last)                  # the model's end
 
+The layer boundary fused (SPEC §15): site s's MhcPost, then site s+1's pre (V4, or V4.1 with
+single_pass=True and its carried pre_mix), differentiable in every input:
+
+    x_next, h_in, h_pre, h_post, H = mhc.mhc_post_pre(x, H_s, y_s, h_post_s, phi, alpha, bias,
+                                                      pre_mix, single_pass=True)
+
     torch.ops.mhc.npu_mhc_pre(x, phi, alpha, bias)   # every operator, with meta kernels
     mhc.register_npu_namespace()                     # the same as torch.ops.npu.* (torch_npu's)
 
@@ -43,9 +49,9 @@ prototypes and constants come from the library's own description of its operator
 """
 from . import _lib
 from ._core import available_isas, isa, set_isa
-from .autograd import (MhcCollapseFunction, MhcPostFunction, MhcPreFunction, MhcPreSinglePassFunction,
-                       MhcPreSinkhornFunction, MhcSinkhornFunction, mhc_head, mhc_pre)
-from .ops import (get_num_threads, mhc_collapse, mhc_pre_single_pass, mhc_pre_sinkhorn,
+from .autograd import (MhcCollapseFunction, MhcPostFunction, MhcPostPreFunction, MhcPreFunction,
+                       MhcPreSinglePassFunction, MhcPreSinkhornFunction, MhcSinkhornFunction, mhc_head, mhc_pre)
+from .ops import (get_num_threads, mhc_collapse, mhc_post_pre, mhc_pre_single_pass, mhc_pre_sinkhorn,
                   mhc_pre_sinkhorn_backward, npu_mhc_post, npu_mhc_post_backward, npu_mhc_pre,
                   npu_mhc_pre_backward, npu_mhc_sinkhorn, npu_mhc_sinkhorn_backward, set_num_threads)
 from ._output_cache import get_output_cache, set_output_cache
@@ -60,6 +66,7 @@ __all__ = [
     "npu_mhc_post", "npu_mhc_post_backward", "MhcPostFunction",
     "mhc_pre_sinkhorn", "mhc_pre_sinkhorn_backward", "MhcPreSinkhornFunction",
     "mhc_pre_single_pass", "MhcPreSinglePassFunction", "mhc_collapse", "MhcCollapseFunction",
+    "mhc_post_pre", "MhcPostPreFunction",
     "set_num_threads", "get_num_threads", "set_output_cache", "get_output_cache",
     "set_isa", "isa", "available_isas", "register_npu_namespace", "__version__",
 ]

@@ -3,9 +3,9 @@ errors, the process settings (threads, kernel family), each operator's forward o
 checked arguments (and the backwards on checked arguments that the autograd rules
 call), and the backwards torch_npu / CANN expose as functions
 (npu_mhc_pre_backward, npu_mhc_sinkhorn_backward, npu_mhc_post_backward,
-mhc_pre_sinkhorn_backward). ops.py (the npu_* forwards, mhc_pre_sinkhorn,
-mhc_pre_single_pass, mhc_collapse) and autograd.py (their autograd.Functions) are built
-on this module; it imports neither.
+mhc_pre_sinkhorn_backward), and mhc_post_pre_backward. ops.py (the npu_* forwards,
+mhc_pre_sinkhorn, mhc_pre_single_pass, mhc_collapse, mhc_post_pre) and autograd.py (their
+autograd.Functions) are built on this module; it imports neither.
 
 Inputs are handed to the C library as views with their real strides (no copies);
 outputs are allocated here, contiguous, by _output_cache (which reuses the buffers
@@ -736,3 +736,145 @@ def run_collapse_backward(grad_h, x, pre_mix):
     _call("collapse_backward", _options(None, 1e-6), grad_h=grad_h, x=x, pre_mix=pre_mix, grad_x=grad_x,
           grad_pre_mix=grad_pre_mix)
     return grad_x, grad_pre_mix
+
+
+# MhcPostPre (SPEC §15): the layer boundary fused, MhcPost of site s then site s+1's pre.
+
+def _single_pass_flag(single_pass):
+    """mhc_post_pre's single_pass: a bool (or the int 0/1), as the library's 0 (V4) / 1 (V4.1)."""
+    return int(_check_bool_flag("single_pass", single_pass))
+
+
+def check_post_pre_args(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, single_pass, gamma, num_iters, hc_eps,
+                        norm_eps, sinkhorn_eps):
+    """mhc_post_pre's Python-side checks, in argument order (V4 with a pre_mix is refused
+    where single_pass is read); returns (single_pass 0/1, num_iters, hc_eps, norm_eps,
+    sinkhorn_eps), sinkhorn_eps None taken as hc_eps."""
+    _check("x", x)
+    _check("h_res", h_res, "fp32", optional=True)
+    _check("h_out", h_out)
+    _check("h_post", h_post, "fp32")
+    _check("phi", phi, "fp32")
+    _check("alpha", alpha, "fp32")
+    _check("bias", bias, "fp32")
+    _check("pre_mix", pre_mix, "fp32", optional=True)
+    single_pass = _single_pass_flag(single_pass)
+    if not single_pass and pre_mix is not None:
+        raise ValueError("pre_mix: expected None with single_pass=False (V4 collapses x_next with the site's own "
+                         "h_pre); the carried pre-mix is V4.1's (single_pass=True)")
+    _check("gamma", gamma, "fp32", optional=True)
+    num_iters = _num_iters(num_iters)
+    hc_eps = _eps("hc_eps", hc_eps)
+    norm_eps = _eps("norm_eps", norm_eps)
+    sinkhorn_eps = hc_eps if sinkhorn_eps is None else _eps("sinkhorn_eps", sinkhorn_eps)
+    return single_pass, num_iters, hc_eps, norm_eps, sinkhorn_eps
+
+
+def _post_pre_dims(x, phi):
+    """(lead, N, D, F) that size MhcPostPre's outputs, after the size limits of both halves."""
+    _post_dims(x)
+    return _output_dims(x, phi)
+
+
+def run_post_pre_forward(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, gamma, single_pass, num_iters, hc_eps,
+                         norm_eps, sinkhorn_eps):
+    """The library's MhcPostPre on checked arguments: (x_next, h_in, h_pre, h_post_next,
+    h_res_next, inv_rms, h_mix); x_next has x's shape and dtype, h_res_next [.., N, N] is site
+    s+1's H, inv_rms and h_mix the backward's caches."""
+    empty, shape_only = _allocator(x=x, h_res=h_res, h_out=h_out, h_post=h_post, phi=phi, alpha=alpha, bias=bias,
+                                   pre_mix=pre_mix, gamma=gamma)
+    lead, n, d, f = _post_pre_dims(x, phi)
+    f32 = torch.float32
+    x_next = empty(x.shape, x.dtype)
+    h_in = empty(lead + (d,), x.dtype)
+    h_pre = empty(lead + (n,), f32)
+    h_post_next = empty(lead + (n,), f32)
+    h_res_next = empty(lead + (n, n), f32)
+    inv_rms = empty(lead, f32)
+    h_mix = empty(lead + (f,), f32)
+    outputs = x_next, h_in, h_pre, h_post_next, h_res_next, inv_rms, h_mix
+    if shape_only:
+        return outputs
+    _call("post_pre_forward", _options(norm_eps, hc_eps), x=x, h_res=h_res, h_out=h_out, h_post=h_post, phi=phi,
+          alpha=alpha, bias=bias, gamma=gamma, pre_mix=pre_mix, single_pass=single_pass, sinkhorn_eps=sinkhorn_eps,
+          num_iters=num_iters, x_next=x_next, h_in=h_in, h_pre=h_pre, h_post_next=h_post_next,
+          h_res_next=h_res_next, inv_rms=inv_rms, h_mix=h_mix)
+    return outputs
+
+
+def run_post_pre_backward(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, gamma, x_next, grad_x_next, grad_h_in,
+                          grad_h_pre, grad_h_post_next, grad_h_res_next, inv_rms, h_mix, h_pre, h_post_next,
+                          single_pass, num_iters, hc_eps, norm_eps, sinkhorn_eps, grad_x_dtype=None,
+                          with_grad_h_res=True, with_grad_pre_mix=True):
+    """The library's MhcPostPre backward on checked arguments and the forward's outputs:
+    (grad_x, grad_h_res, grad_h_out, grad_h_post, grad_pre_mix, grad_phi, grad_alpha,
+    grad_bias, grad_gamma). grad_h_res None without h_res or with_grad_h_res, grad_pre_mix
+    None without pre_mix or with_grad_pre_mix, grad_gamma None without gamma; grad_x in
+    grad_x_dtype (None: x's dtype; or torch.float32). grad_x_next (None: 0) and grad_h_pre
+    (None: 0) are the grads x_next and h_pre receive."""
+    empty, shape_only = _allocator(x=x, h_res=h_res, h_out=h_out, h_post=h_post, phi=phi, alpha=alpha, bias=bias,
+                                   pre_mix=pre_mix, gamma=gamma, x_next=x_next, grad_x_next=grad_x_next,
+                                   grad_h_in=grad_h_in, grad_h_pre=grad_h_pre, grad_h_post_next=grad_h_post_next,
+                                   grad_h_res_next=grad_h_res_next, inv_rms=inv_rms, h_mix=h_mix, h_pre=h_pre,
+                                   h_post_next=h_post_next)
+    lead, n, d, f = _post_pre_dims(x, phi)
+    f32 = torch.float32
+    grad_x = empty(x.shape, _grad_x_dtype(grad_x_dtype, x))
+    grad_h_res = empty(lead + (n, n), f32) if h_res is not None and with_grad_h_res else None
+    grad_h_out = empty(lead + (d,), x.dtype)
+    grad_h_post = empty(lead + (n,), f32)
+    grad_pre_mix = empty(lead + (n,), f32) if pre_mix is not None and with_grad_pre_mix else None
+    grad_phi = empty((f, n * d), f32)
+    grad_alpha = empty((3,), f32)
+    grad_bias = empty((f,), f32)
+    grad_gamma = empty((n, d), f32) if gamma is not None else None
+    grads = grad_x, grad_h_res, grad_h_out, grad_h_post, grad_pre_mix, grad_phi, grad_alpha, grad_bias, grad_gamma
+    if shape_only:
+        return grads
+    _call("post_pre_backward", _options(norm_eps, hc_eps), x=x, h_res=h_res, h_out=h_out, h_post=h_post, phi=phi,
+          alpha=alpha, bias=bias, gamma=gamma, pre_mix=pre_mix, x_next=x_next, grad_x_next=grad_x_next,
+          grad_h_in=grad_h_in, grad_h_pre=grad_h_pre, grad_h_post_next=grad_h_post_next,
+          grad_h_res_next=grad_h_res_next, inv_rms=inv_rms, h_mix=h_mix, h_pre=h_pre, h_post_next=h_post_next,
+          single_pass=single_pass, sinkhorn_eps=sinkhorn_eps, num_iters=num_iters, grad_x=grad_x,
+          grad_h_res=grad_h_res, grad_h_out=grad_h_out, grad_h_post=grad_h_post, grad_pre_mix=grad_pre_mix,
+          grad_phi=grad_phi, grad_alpha=grad_alpha, grad_bias=grad_bias, grad_gamma=grad_gamma)
+    return grads
+
+
+def mhc_post_pre_backward(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, gamma, x_next, grad_x_next, grad_h_in,
+                          grad_h_pre, grad_h_post_next, grad_h_res_next, inv_rms, h_mix, h_pre, h_post_next, *,
+                          single_pass=False, num_iters=20, hc_eps=1e-6, norm_eps=1e-6, sinkhorn_eps=None,
+                          grad_x_dtype=None):
+    """MhcPostPre's backward (SPEC §15) as a function, every argument checked in order: the
+    forward's inputs and outputs (x_next, h_pre, h_post_next) and caches (inv_rms, h_mix, from
+    run_post_pre_forward), and the grads of its outputs (grad_x_next and grad_h_pre may be
+    None: 0). Returns run_post_pre_backward's nine gradients. MhcPostPreFunction's backward
+    is this computation; it is here for the callers that keep the caches themselves."""
+    x = _check("x", x)
+    h_res = _check("h_res", h_res, "fp32", optional=True)
+    h_out = _check("h_out", h_out)
+    h_post = _check("h_post", h_post, "fp32")
+    phi = _check("phi", phi, "fp32")
+    alpha = _check("alpha", alpha, "fp32")
+    bias = _check("bias", bias, "fp32")
+    pre_mix = _check("pre_mix", pre_mix, "fp32", optional=True)
+    gamma = _check("gamma", gamma, "fp32", optional=True)
+    x_next = _check("x_next", x_next)
+    grad_x_next = _check("grad_x_next", grad_x_next, optional=True)
+    grad_h_in = _check("grad_h_in", grad_h_in)
+    grad_h_pre = _check("grad_h_pre", grad_h_pre, "fp32", optional=True)
+    grad_h_post_next = _check("grad_h_post_next", grad_h_post_next, "fp32")
+    grad_h_res_next = _check("grad_h_res_next", grad_h_res_next, "fp32")
+    inv_rms = _check("inv_rms", inv_rms, "fp32")
+    h_mix = _check("h_mix", h_mix, "fp32")
+    h_pre = _check("h_pre", h_pre, "fp32")
+    h_post_next = _check("h_post_next", h_post_next, "fp32")
+    single_pass = _single_pass_flag(single_pass)
+    num_iters = _num_iters(num_iters)
+    hc_eps = _eps("hc_eps", hc_eps)
+    norm_eps = _eps("norm_eps", norm_eps)
+    sinkhorn_eps = hc_eps if sinkhorn_eps is None else _eps("sinkhorn_eps", sinkhorn_eps)
+    dtype = _grad_x_dtype(grad_x_dtype, x)
+    return run_post_pre_backward(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, gamma, x_next, grad_x_next,
+                                 grad_h_in, grad_h_pre, grad_h_post_next, grad_h_res_next, inv_rms, h_mix, h_pre,
+                                 h_post_next, single_pass, num_iters, hc_eps, norm_eps, sinkhorn_eps, dtype)

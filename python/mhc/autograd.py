@@ -1,17 +1,17 @@
 """The autograd rules: of npu_mhc_pre (SPEC §8), with mhc_pre, its three-output form, and
 mhc_head, its one-output form for a one-entry alpha (the head, SPEC §6); of
 npu_mhc_sinkhorn (SPEC §10), npu_mhc_post (SPEC §11), mhc_pre_sinkhorn (SPEC §12),
-mhc_pre_single_pass and mhc_collapse (SPEC §14). Each backward is the library's backward
-operator (once differentiable)."""
+mhc_pre_single_pass and mhc_collapse (SPEC §14), mhc_post_pre (SPEC §15). Each backward is
+the library's backward operator (once differentiable)."""
 import torch
 from torch.autograd.function import once_differentiable
 
-from ._core import (check_collapse_args, check_post_args, check_pre_args, check_pre_single_pass_args,
-                    check_pre_sinkhorn_args, check_sinkhorn_args, mhc_pre_sinkhorn_backward,
-                    npu_mhc_pre_backward, run_collapse_backward, run_collapse_forward, run_post_backward,
-                    run_post_forward, run_pre_forward, run_pre_single_pass_backward,
-                    run_pre_single_pass_forward, run_pre_sinkhorn_forward, run_sinkhorn_backward,
-                    run_sinkhorn_forward)
+from ._core import (check_collapse_args, check_post_args, check_post_pre_args, check_pre_args,
+                    check_pre_single_pass_args, check_pre_sinkhorn_args, check_sinkhorn_args,
+                    mhc_pre_sinkhorn_backward, npu_mhc_pre_backward, run_collapse_backward, run_collapse_forward,
+                    run_post_backward, run_post_forward, run_post_pre_backward, run_post_pre_forward,
+                    run_pre_forward, run_pre_single_pass_backward, run_pre_single_pass_forward,
+                    run_pre_sinkhorn_forward, run_sinkhorn_backward, run_sinkhorn_forward)
 
 
 class MhcPreFunction(torch.autograd.Function):
@@ -266,3 +266,61 @@ class MhcCollapseFunction(torch.autograd.Function):
         x, pre_mix = ctx.saved_tensors
         grads = run_collapse_backward(grad_h, x, pre_mix)
         return tuple(g if need else None for g, need in zip(grads, needs))
+
+
+class MhcPostPreFunction(torch.autograd.Function):
+    """mhc_post_pre's rule (SPEC §15): the fused boundary's forward with its caches, the
+    backward through the library's MhcPostPre backward.
+
+    apply(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, gamma, single_pass, num_iters,
+    hc_eps, norm_eps, sinkhorn_eps) returns (x_next, h_in, h_pre, h_post_next, h_res_next), all
+    five differentiable: x_next's grad (what it receives elsewhere, e.g. the residual path) is
+    the backward's grad_x_next, h_pre's its grad_h_pre (in V4 added to the grad that h_pre
+    gets through h_in; in V4.1 h_pre's whole grad). Gradients flow into x, h_res, h_out,
+    h_post, phi, alpha, bias, pre_mix and gamma (h_res, pre_mix and gamma may be None).
+
+    Rounding points (the library's, not autograd's): the grad of x_next (site s+1's pre
+    backward plus grad_x_next, in fp32) is rounded once to x's dtype, then MhcPostBackward of
+    site s runs on it; grad_x comes out in x's dtype.
+    """
+
+    @staticmethod
+    def forward(ctx, x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, gamma, single_pass, num_iters, hc_eps,
+                norm_eps, sinkhorn_eps):
+        single_pass, *options = check_post_pre_args(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix,
+                                                    single_pass, gamma, num_iters, hc_eps, norm_eps, sinkhorn_eps)
+        outputs = run_post_pre_forward(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, gamma, single_pass,
+                                       *options)
+        x_next, h_in, h_pre, h_post_next, h_res_next, inv_rms, h_mix = outputs
+        ctx.save_for_backward(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, gamma, x_next, inv_rms, h_mix,
+                              h_pre, h_post_next)
+        ctx.options = (single_pass, *options)  # single_pass, num_iters, hc_eps, norm_eps, sinkhorn_eps
+        ctx.shapes = (h_in.shape, h_res_next.shape)
+        ctx.set_materialize_grads(False)
+        return x_next, h_in, h_pre, h_post_next, h_res_next
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_x_next, grad_h_in, grad_h_pre, grad_h_post_next, grad_h_res_next):
+        needs = ctx.needs_input_grad
+        no_grads_of_options = (None,) * 5  # single_pass, num_iters, hc_eps, norm_eps, sinkhorn_eps
+        if not any(needs[:9]):
+            return (None,) * 9 + no_grads_of_options
+        (x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, gamma, x_next, inv_rms, h_mix, h_pre,
+         h_post_next) = ctx.saved_tensors
+        in_shape, res_shape = ctx.shapes
+        if grad_h_in is None:
+            grad_h_in = torch.zeros(in_shape, dtype=x.dtype, device=x.device)
+        if grad_h_post_next is None:
+            grad_h_post_next = torch.zeros(h_post_next.shape, dtype=torch.float32, device=x.device)
+        if grad_h_res_next is None:
+            grad_h_res_next = torch.zeros(res_shape, dtype=torch.float32, device=x.device)
+        # grad_x_next and grad_h_pre None are the library's absent ones: zero.
+        (grad_x, grad_h_res, grad_h_out, grad_h_post, grad_pre_mix, grad_phi, grad_alpha, grad_bias,
+         grad_gamma) = run_post_pre_backward(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, gamma, x_next,
+                                             grad_x_next, grad_h_in, grad_h_pre, grad_h_post_next,
+                                             grad_h_res_next, inv_rms, h_mix, h_pre, h_post_next, *ctx.options,
+                                             with_grad_h_res=needs[1], with_grad_pre_mix=needs[7])
+        grads = (grad_x, grad_h_res, grad_h_out, grad_h_post, grad_phi, grad_alpha, grad_bias, grad_pre_mix,
+                 grad_gamma)
+        return tuple(g if need else None for g, need in zip(grads, needs[:9])) + no_grads_of_options

@@ -1,23 +1,25 @@
 """The torch_npu-style functions on CPU tensors: npu_mhc_pre / npu_mhc_pre_backward,
 npu_mhc_sinkhorn / npu_mhc_sinkhorn_backward, npu_mhc_post / npu_mhc_post_backward,
-CANN's cann_ops_transformer pair mhc_pre_sinkhorn / mhc_pre_sinkhorn_backward, and
-DeepSeek-V4.1's mhc_pre_single_pass and mhc_collapse. Each forward is differentiable: with
-a graph to record it goes through its autograd.Function (MhcPreFunction,
-MhcSinkhornFunction, MhcPostFunction, MhcPreSinkhornFunction, MhcPreSinglePassFunction,
-MhcCollapseFunction), else it calls the library directly.
+CANN's cann_ops_transformer pair mhc_pre_sinkhorn / mhc_pre_sinkhorn_backward,
+DeepSeek-V4.1's mhc_pre_single_pass and mhc_collapse, and the fused layer boundary
+mhc_post_pre. Each forward is differentiable: with a graph to record it goes through its
+autograd.Function (MhcPreFunction, MhcSinkhornFunction, MhcPostFunction,
+MhcPreSinkhornFunction, MhcPreSinglePassFunction, MhcCollapseFunction, MhcPostPreFunction),
+else it calls the library directly.
 
 The library calls, argument checks and the backward functions themselves are in
 _core.py; imports go one way: _lib <- _core <- autograd <- ops.
 """
 import torch
 
-from ._core import (check_collapse_args, check_post_args, check_pre_args, check_pre_single_pass_args,
-                    check_pre_sinkhorn_args, check_sinkhorn_args, get_num_threads, mhc_pre_sinkhorn_backward,
-                    npu_mhc_post_backward, npu_mhc_pre_backward, npu_mhc_sinkhorn_backward,
-                    run_collapse_forward, run_post_forward, run_pre_forward, run_pre_single_pass_forward,
-                    run_pre_sinkhorn_forward, run_sinkhorn_forward, set_num_threads)
-from .autograd import (MhcCollapseFunction, MhcPostFunction, MhcPreFunction, MhcPreSinglePassFunction,
-                       MhcPreSinkhornFunction, MhcSinkhornFunction)
+from ._core import (check_collapse_args, check_post_args, check_post_pre_args, check_pre_args,
+                    check_pre_single_pass_args, check_pre_sinkhorn_args, check_sinkhorn_args, get_num_threads,
+                    mhc_pre_sinkhorn_backward, npu_mhc_post_backward, npu_mhc_pre_backward,
+                    npu_mhc_sinkhorn_backward, run_collapse_forward, run_post_forward, run_post_pre_forward,
+                    run_pre_forward, run_pre_single_pass_forward, run_pre_sinkhorn_forward, run_sinkhorn_forward,
+                    set_num_threads)
+from .autograd import (MhcCollapseFunction, MhcPostFunction, MhcPostPreFunction, MhcPreFunction,
+                       MhcPreSinglePassFunction, MhcPreSinkhornFunction, MhcSinkhornFunction)
 
 
 def _builds_graph(*inputs):
@@ -156,6 +158,45 @@ def mhc_collapse(x, pre_mix):
     return run_collapse_forward(x, pre_mix)
 
 
+def mhc_post_pre(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix=None, *, single_pass=False, gamma=None,
+                 num_iters=20, hc_eps=1e-6, norm_eps=1e-6, sinkhorn_eps=None):
+    """MhcPostPre (SPEC §15), the layer boundary fused: MhcPost of site s, then site s+1's
+    pre on the rounded x_next, in one call; the same bits as that unfused chain.
+
+        x_next = npu_mhc_post(x, h_res, h_out, h_post)        site s (§11): h_res None is the
+                                                               identity; rounded to x's dtype
+        V4   (single_pass=False): h_in, h_post_next, z, *_, h_pre = npu_mhc_pre(x_next, phi, alpha,
+                 bias, gamma=gamma, out_flag=1); h_res_next = npu_mhc_sinkhorn(z, eps=sinkhorn_eps)
+                 (h_in collapsed with its own h_pre; pre_mix must be None)
+        V4.1 (single_pass=True):  h_in, h_pre, h_post_next, h_res_next = mhc_pre_single_pass(x_next,
+                 phi, alpha, bias, pre_mix, gamma=gamma) (pre_mix None: h_in = x_next's stream 0)
+
+    x [B,S,N,D] or [T,N,D] (bf16, fp16 or fp32), h_res [.., N, N] fp32 or None, h_out [.., D]
+    in x's dtype, h_post [.., N] fp32: site s's; phi [N*N + 2N, N*D], alpha [3], bias
+    [N*N + 2N], gamma [N, D] or None, pre_mix [.., N] or None (fp32): site s+1's. Both Sinkhorn
+    options are site s+1's: num_iters, and sinkhorn_eps (None: hc_eps).
+
+    Returns (x_next, h_in, h_pre, h_post_next, h_res_next): x_next x's shape and dtype, h_in
+    [.., D] in x's dtype, h_pre [.., N] (with +hc_eps: V4.1's next pre_mix), h_post_next
+    [.., N] and h_res_next [.., N, N] (H, doubly stochastic) fp32.
+
+    Differentiable (MhcPostPreFunction) when any tensor input requires grad, from all five
+    outputs: x_next's grad (from elsewhere, e.g. the residual path) enters site s+1's pre
+    backward where MhcPreBackward adds grad_x_post (fp32); h_pre's grad in V4 adds to the
+    grad h_pre receives through h_in, in V4.1 it is its whole grad. The grad of x_next is
+    rounded once to x's dtype, then MhcPostBackward of site s runs on it: this is the
+    library's rounding point, not autograd's (the unfused chain under autograd rounds the
+    pre's grad_x, then the sum with x_next's other grad).
+    """
+    if _builds_graph(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, gamma):
+        return MhcPostPreFunction.apply(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, gamma, single_pass,
+                                        num_iters, hc_eps, norm_eps, sinkhorn_eps)
+    single_pass, *options = check_post_pre_args(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, single_pass,
+                                                 gamma, num_iters, hc_eps, norm_eps, sinkhorn_eps)
+    return run_post_pre_forward(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, gamma, single_pass,
+                                *options)[:5]
+
+
 __all__ = ["npu_mhc_pre", "npu_mhc_pre_backward", "npu_mhc_sinkhorn", "npu_mhc_sinkhorn_backward",
            "npu_mhc_post", "npu_mhc_post_backward", "mhc_pre_sinkhorn", "mhc_pre_sinkhorn_backward",
-           "mhc_pre_single_pass", "mhc_collapse", "set_num_threads", "get_num_threads"]
+           "mhc_pre_single_pass", "mhc_collapse", "mhc_post_pre", "set_num_threads", "get_num_threads"]

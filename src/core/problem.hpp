@@ -101,6 +101,7 @@ struct BackwardProblem {
   Strided pre_mix;
   Strided grad_h_pre;
   Strided grad_pre_mix;  // output
+  bool grad_h_pre_adds = false;  // g_pre = the sums + grad_h_pre (V4's h_pre as an output, SPEC §15)
   // outputs
   Strided grad_x;       // [B,S,N,D]
   Strided grad_phi;     // [F,K]

@@ -11,6 +11,7 @@
 #include "ops/post/post.hpp"
 #include "ops/pre/forward.hpp"
 #include "ops/collapse/collapse.hpp"
+#include "ops/post_pre/post_pre.hpp"
 #include "ops/pre_single_pass/pre_single_pass.hpp"
 #include "ops/pre_sinkhorn/pre_sinkhorn.hpp"
 #include "ops/sinkhorn/sinkhorn.hpp"

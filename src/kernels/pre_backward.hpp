@@ -58,10 +58,12 @@ struct BackwardOperands {
   DType grad_x_post_dtype = DType::fp32;  // x's, or fp32 (MhcPostBackward's fp32 grad_x)
   // The single-pass form (SPEC §14): grad_x's collapse term takes pre_mix instead
   // of h_pre; with grad_h_pre present g_pre is grad_h_pre, and the sums
-  // sum_d v grad_h_in go to grad_pre_mix (when present).
+  // sum_d v grad_h_in go to grad_pre_mix (when present). grad_h_pre_adds: V4's
+  // h_pre as an output of its own (SPEC §15), g_pre = the sums + grad_h_pre.
   TokenRows<const float> pre_mix;      // [T][N], or absent (h_pre)
   TokenRows<const float> grad_h_pre;   // [T][N], or absent (MhcPre's g_pre)
   TokenRows<float> grad_pre_mix;       // [T][N], or absent
+  bool grad_h_pre_adds = false;
   StreamRows<void> grad_x;             // [T][N][D]
   Matrix<float> grad_phi;              // [F][K]
   Matrix<float> grad_gamma;            // [N][D], or absent

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include "core/problem.hpp"
 #include "mhc/mhc.hpp"
@@ -21,6 +22,14 @@ core::Strided contiguous_like(const core::Strided& s, void* data);
 Status check_residual_rows(const TensorView& x, const TensorView& phi, const char* whose);
 // alpha [3]: `what` says why the operator needs the residual branch.
 Status check_three_entries(const core::Dims& d, const TensorView& alpha, const char* what);
+
+// An inner operator's message in the composed operator's words: each whole word
+// `own` said as `said` (the inner x is the composed operator's x_next, ...).
+struct Rename {
+  const char* own;
+  const char* said;
+};
+Status renamed(const Status& s, std::initializer_list<Rename> renames);
 
 // A non-null address that stands for a workspace buffer while sizing (layouts,
 // not addresses, decide the workspace).

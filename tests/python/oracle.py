@@ -1,10 +1,14 @@
 """The float64 truth for MhcPre, written from SPEC §2 (and §7's HF32 mode), for
-MhcSinkhorn, MhcPost and the fused MhcPreSinkhorn (SPEC §10-§12), and for DeepSeek-V4.1's
-single pass, MhcPreSinglePass and MhcCollapse (SPEC §14), independent of the library.
+MhcSinkhorn, MhcPost and the fused MhcPreSinkhorn (SPEC §10-§12), for DeepSeek-V4.1's
+single pass, MhcPreSinglePass and MhcCollapse (SPEC §14), and for the fused boundary
+MhcPostPre (SPEC §15), independent of the library.
 
 Every form of alpha is covered: three entries (F = 2N + R), two (F = 2N, no h_res)
 and one, the head (F = N: h_pre = sigmoid(alpha[0]*r*m + bias) + hc_eps and
 h_in = sum_n h_pre[n] v[n], no h_post, no h_res).
+
+The fused layer boundary MhcPostPre (SPEC §15) is post64 followed by either pre
+(post_pre64).
 
 Gradients are torch autograd through forward64 (SPEC §3 is checked against it in
 the tests, not used to build it). backward_terms64 evaluates the §3 intermediate
@@ -121,7 +125,7 @@ def backward_terms64(x, phi, alpha, bias, gamma, norm_eps, hc_eps, grad_h_in, gr
 
 
 def magnitudes64(x, phi, alpha, bias, gamma, norm_eps, hc_eps, grad_h_in, grad_h_post,
-                 grad_h_res, grad_x_post=None, *, carried=None):
+                 grad_h_res, grad_x_post=None, *, carried=None, grad_h_pre=None):
     """First-order condition magnitudes of every output, for error bounds.
 
     If every fp32 quantity the operators compute (each product, each sum, each cache)
@@ -133,8 +137,12 @@ def magnitudes64(x, phi, alpha, bias, gamma, norm_eps, hc_eps, grad_h_in, grad_h
     carried: (pre_mix or None, grad_h_pre or None), the single pass (SPEC §14): h_in and
     grad_x's collapse term take pre_mix (None: stream 0), g_pre is grad_h_pre (None: 0),
     and "grad_pre_mix" is added.
+    grad_h_pre (not carried: V4's site in MhcPostPre, SPEC §15, where h_pre is an output as
+    well as the collapse's weights): h_pre's own incoming grad, added to g_pre.
     Returns a dict of float64 tensors shaped like the outputs.
     """
+    if carried is not None and grad_h_pre is not None:
+        raise ValueError("grad_h_pre: the carried mode takes it in carried")
     lead = x.shape[:-2]
     n, d = x.shape[-2], x.shape[-1]
     k = n * d
@@ -174,6 +182,9 @@ def magnitudes64(x, phi, alpha, bias, gamma, norm_eps, hc_eps, grad_h_in, grad_h
         if carried is None:
             g_pre = (v.reshape(nt, n, d) * gh[:, None, :]).sum(dim=2)
             g_pre_mag = collapse_mag
+            if grad_h_pre is not None:
+                g_pre = g_pre + grad_h_pre.to(F64).reshape(nt, n)
+                g_pre_mag = g_pre_mag + grad_h_pre.to(F64).reshape(nt, n).abs()
         else:
             g_pre = (grad_h_pre.to(F64).reshape(nt, n) if grad_h_pre is not None
                      else torch.zeros(nt, n, dtype=F64))
@@ -381,3 +392,62 @@ def collapse_grads64(x, pre_mix, grad_h):
     """Autograd truth of MhcCollapseBackward: the grads of Σ h·grad_h w.r.t. x and pre_mix."""
     leaves = [t.detach().to(F64).requires_grad_(True) for t in (x, pre_mix)]
     return torch.autograd.grad((collapse64(*leaves) * grad_h.to(F64)).sum(), leaves)
+
+
+# The layer boundary fused (SPEC §15): MhcPost of site s, then site s+1's pre (V4 or V4.1).
+
+def post_pre64(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix=None, gamma=None, *, single_pass,
+               num_iters=20, hc_eps=1e-6, norm_eps=1e-6, sinkhorn_eps=None, x_next=None):
+    """SPEC §15 in float64: x_next = post64(x, h_res, h_out, h_post), then on it V4's pre
+    (single_pass False: forward64 with gamma, H = sinkhorn64(z_res) with eps = sinkhorn_eps
+    (None: hc_eps), h_in collapsed with its own h_pre; pre_mix must be None) or V4.1's
+    (single_pass True: single_pass64 with pre_mix).
+
+    x_next: the streams the pre reads. None: post64's own, unrounded. A tensor (the library's
+    x_next, rounded to x's dtype as SPEC says): the pre reads its values, with post64's
+    derivative (straight through the rounding), so that autograd gives the chain's gradients
+    at the point the library evaluates them.
+    Returns (x_next (post64's, unrounded), h_in, h_pre, h_post_next, H [.., N, N], inv_rms,
+    h_mix); differentiable by autograd."""
+    if not single_pass and pre_mix is not None:
+        raise ValueError("pre_mix: V4 (single_pass False) collapses with its own h_pre")
+    out = post64(x, h_res, h_out, h_post)
+    read = out if x_next is None else out + (x_next.to(F64) - out).detach()
+    if single_pass:
+        h_in, h_pre, h_post_next, h, inv_rms, h_mix = single_pass64(read, phi, alpha, bias, pre_mix, gamma,
+                                                                    num_iters, hc_eps, norm_eps, sinkhorn_eps)
+    else:
+        eps = hc_eps if sinkhorn_eps is None else sinkhorn_eps
+        n = x.shape[-2]
+        h_in, h_post_next, z_res, inv_rms, h_mix, h_pre = forward64(read, phi, alpha, bias, gamma, norm_eps, hc_eps)
+        h = sinkhorn64(z_res.reshape(x.shape[:-2] + (n, n)), eps, num_iters)
+    return out, h_in, h_pre, h_post_next, h, inv_rms, h_mix
+
+
+POST_PRE_LEAVES = ("x", "h_res", "h_out", "h_post", "phi", "alpha", "bias", "pre_mix", "gamma")
+
+
+def post_pre_grads64(inputs, grads, *, single_pass, num_iters=20, hc_eps=1e-6, norm_eps=1e-6, sinkhorn_eps=None,
+                     x_next=None):
+    """Autograd truth of MhcPostPre's backward: the grads of Σ x_next·g_x_next + Σ h_in·g_in
+    + Σ h_pre·g_pre + Σ h_post_next·g_post + Σ H·g_H (a grad None: that term left out) with
+    respect to the inputs (a dict by POST_PRE_LEAVES' names; None for an absent one), and
+    under "x_next" the whole grad x_next receives (its own plus the pre's), the one the
+    library rounds to x's dtype before MhcPostBackward. grads: a dict with grad_x_next,
+    grad_h_in, grad_h_pre, grad_h_post_next, grad_h_res_next. x_next as post_pre64's.
+    Returns a dict: "grad_<leaf>" (None for an absent leaf) and "x_next"."""
+    leaves = {name: None if inputs.get(name) is None else inputs[name].detach().to(F64).requires_grad_(True)
+              for name in POST_PRE_LEAVES}
+    out, h_in, h_pre, h_post_next, h, _, _ = post_pre64(
+        *(leaves[name] for name in POST_PRE_LEAVES), single_pass=single_pass, num_iters=num_iters, hc_eps=hc_eps,
+        norm_eps=norm_eps, sinkhorn_eps=sinkhorn_eps, x_next=x_next)
+    out.retain_grad()
+    loss = out.new_zeros(())
+    for t, name in ((out, "grad_x_next"), (h_in, "grad_h_in"), (h_pre, "grad_h_pre"),
+                    (h_post_next, "grad_h_post_next"), (h, "grad_h_res_next")):
+        if grads.get(name) is not None:
+            loss = loss + (t * grads[name].to(F64).reshape(t.shape)).sum()
+    loss.backward()
+    result = {"grad_" + name: None if t is None else t.grad for name, t in leaves.items()}
+    result["x_next"] = out.grad if out.grad is not None else torch.zeros_like(out)
+    return result

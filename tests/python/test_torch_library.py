@@ -80,6 +80,9 @@ def calls():
         ("mhc_pre_single_pass", (x, phi, alpha, bias, pre_mix), dict(gamma=gamma, num_iters=I)),
         ("mhc_pre_single_pass", (x, phi, alpha, bias), dict(hc_eps=1e-3, sinkhorn_eps=1e-4)),
         ("mhc_collapse", (x, pre_mix), {}),
+        ("mhc_post_pre", (lx, y, h_out, lh_post, phi, alpha, bias, pre_mix_of(lead=(5,))),
+         dict(single_pass=True, gamma=gamma, num_iters=I)),
+        ("mhc_post_pre", (lx, None, h_out, lh_post, phi, alpha, bias), dict(hc_eps=1e-3, sinkhorn_eps=1e-4)),
     ]
 
 
@@ -184,6 +187,11 @@ AUTOGRAD_CASES = {
                             lambda: pre_inputs() + (pre_mix_of(),)),
     "mhc_collapse": (lambda ns: lambda x, pre_mix: ns.mhc_collapse(x, pre_mix),
                      lambda: (pre_inputs()[0], pre_mix_of())),
+    "mhc_post_pre": (lambda ns: lambda x, h_res, h_out, h_post, phi, alpha, bias, gamma, pre_mix: ns.mhc_post_pre(
+                         x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, single_pass=True, gamma=gamma,
+                         num_iters=I),
+                     lambda: (layer_inputs()[0], torch.softmax(layer_inputs()[1], -1)) + layer_inputs()[2:]
+                     + pre_inputs()[1:] + (pre_mix_of(lead=(5,)),)),
 }
 
 

@@ -73,14 +73,14 @@ inline void backward_token_finish(const BackwardOperands& o, int64_t t, const fl
   const float r = *o.inv_rms.at(t);
   const float* h_pre = o.h_pre.at(t);
   const float* h_mix = o.h_mix.at(t);
-  if (o.grad_h_pre.present()) {  // single pass (SPEC §14): the sums are dL/dpre_mix
-    if (o.grad_pre_mix.present()) std::memcpy(o.grad_pre_mix.at(t), g_pre, size_t(d.N) * sizeof(float));
-    g_pre = o.grad_h_pre.at(t);
-  }
-
+  // dL/dh_pre: the sums (MhcPre), grad_h_pre (single pass, SPEC §14: the sums are
+  // dL/dpre_mix), or both (V4's h_pre as an output, SPEC §15).
+  const float* grad_h_pre = o.grad_h_pre.present() ? o.grad_h_pre.at(t) : nullptr;
+  if (grad_h_pre && o.grad_pre_mix.present()) std::memcpy(o.grad_pre_mix.at(t), g_pre, size_t(d.N) * sizeof(float));
   for (int64_t n = 0; n < d.N; ++n) {
     const float s = h_pre[n] - hc_eps;  // sigma(z_pre)
-    gz[n] = g_pre[n] * s * (1.0f - s);
+    const float g = !grad_h_pre ? g_pre[n] : o.grad_h_pre_adds ? g_pre[n] + grad_h_pre[n] : grad_h_pre[n];
+    gz[n] = g * s * (1.0f - s);
   }
   if (!d.head) {  // h_post = 2 sigma(z_post)
     const float *h_post = o.h_post.at(t), *grad_h_post = o.grad_h_post.at(t);

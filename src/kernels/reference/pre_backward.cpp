@@ -43,7 +43,7 @@ BackwardOutputs64 backward(const BackwardInputs64& in) {
       for (int64_t j = 0; j < D; ++j) g_pre += v[n * D + j] * grad_h_in[j];
       if (single_pass) {  // SPEC §14: the sums are dL/dpre_mix; h_pre's gradient comes in
         out.grad_pre_mix[t * N + n] = g_pre;
-        g_pre = in.grad_h_pre[t * N + n];
+        g_pre = in.grad_h_pre_adds ? g_pre + in.grad_h_pre[t * N + n] : in.grad_h_pre[t * N + n];
       }
       const double s = in.h_pre[t * N + n] - in.hc_eps;  // sigma(z_pre)
       gz[n] = g_pre * s * (1.0 - s);
@@ -108,6 +108,7 @@ void pre_backward(const BackwardOperands& o) {
   if (o.grad_x_post.present()) in.grad_x_post = gather(o.grad_x_post, o.grad_x_post_dtype, 0, d.T, d.N, d.D);
   if (o.pre_mix.present()) in.pre_mix = gather(o.pre_mix, 0, d.T, d.N);
   if (o.grad_h_pre.present()) in.grad_h_pre = gather(o.grad_h_pre, 0, d.T, d.N);
+  in.grad_h_pre_adds = o.grad_h_pre_adds;
   const BackwardOutputs64 out = backward(in);
   if (o.grad_pre_mix.present()) scatter(o.grad_pre_mix, out.grad_pre_mix, 0, d.T, d.N);
   scatter(o.grad_x, d.x_dtype, out.grad_x, 0, d.T, d.N, d.D);

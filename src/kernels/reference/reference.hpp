@@ -43,6 +43,7 @@ struct BackwardInputs64 {
   // Single pass (SPEC §14): grad_x's collapse term takes pre_mix [T,N] (empty: h_pre);
   // with grad_h_pre [T,N] given, g_pre is grad_h_pre and sum_d v grad_h_in is grad_pre_mix.
   std::vector<double> pre_mix, grad_h_pre;
+  bool grad_h_pre_adds = false;  // g_pre = the sums + grad_h_pre (V4's h_pre as an output)
 };
 struct BackwardOutputs64 {
   std::vector<double> grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma;  // grad_gamma always [K]

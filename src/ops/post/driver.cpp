@@ -50,6 +50,17 @@ Plan make_plan(const core::PostProblem& p, bool forward, int num_threads) {
   return plan;
 }
 
+kernels::PostForwardOperands forward_operands(const core::PostProblem& p) {
+  kernels::PostForwardOperands o;
+  o.shape = shape_of(p);
+  o.x = stream_rows<const void>(p.x);
+  o.h_res = token_rows<const float>(p.h_res);
+  o.h_out = stream_rows<const void>(p.h_out);
+  o.h_post = token_rows<const float>(p.h_post);
+  o.out = stream_rows<void>(p.out);
+  return o;
+}
+
 Staging staging_of(core::PostProblem* p, bool forward) {
   Staging staging;
   if (p->dims.T == 0) return staging;
@@ -107,14 +118,7 @@ Status run_forward(const core::PostProblem& problem, void* workspace, size_t byt
   const kernels::PostKernels& k = kernels_of(problem);
   return run(problem, true, workspace, bytes, num_threads,
              [&](const core::PostProblem& p, float* scratch, int64_t t0, int64_t t1, int64_t d0, int64_t d1) {
-               kernels::PostForwardOperands o;
-               o.shape = shape_of(p);
-               o.x = stream_rows<const void>(p.x);
-               o.h_res = token_rows<const float>(p.h_res);
-               o.h_out = stream_rows<const void>(p.h_out);
-               o.h_post = token_rows<const float>(p.h_post);
-               o.out = stream_rows<void>(p.out);
-               k.forward(o, scratch, t0, t1, d0, d1);
+               k.forward(forward_operands(p), scratch, t0, t1, d0, d1);
              });
 }
 
@@ -135,6 +139,21 @@ Status run_backward(const core::PostProblem& problem, void* workspace, size_t by
                o.grad_h_post = token_rows<float>(p.grad_h_post);
                k.backward(o, scratch, t0, t1);
              });
+}
+
+bool fits_in_place(const core::PostProblem& problem) {
+  core::PostProblem p = problem;
+  return !staging_of(&p, true).any();
+}
+
+int64_t forward_tokens_scratch_floats(const core::PostProblem& problem) {
+  return kernels::align16(kernels_of(problem).forward_scratch_floats(shape_of(problem)));
+}
+
+void forward_tokens(const core::PostProblem& p, float* scratch, int64_t t0, int64_t t1) {
+  const kernels::PostForwardOperands o = forward_operands(p);
+  for (int64_t d0 = 0; d0 < p.dims.D; d0 += kColumnChunk)
+    kernels_of(p).forward(o, scratch, t0, t1, d0, std::min(p.dims.D, d0 + kColumnChunk));
 }
 
 Status run_forward_in_thread_workspace(const core::PostProblem& problem, int num_threads) {

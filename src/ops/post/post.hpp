@@ -26,6 +26,13 @@ Status run_forward(const core::PostProblem& problem, void* workspace, size_t byt
 Status run_backward(const core::PostProblem& problem, void* workspace, size_t bytes, int num_threads);
 
 Status run_forward_in_thread_workspace(const core::PostProblem& problem, int num_threads);
+
+// The forward of tokens [t0, t1), every column, on the calling thread: a fused
+// operator's part (ops/post_pre), for problems whose tensors fit the kernels'
+// views as they are (fits_in_place); scratch: forward_tokens_scratch_floats.
+bool fits_in_place(const core::PostProblem& problem);
+int64_t forward_tokens_scratch_floats(const core::PostProblem& problem);
+void forward_tokens(const core::PostProblem& problem, float* scratch, int64_t t0, int64_t t1);
 Status run_backward_in_thread_workspace(const core::PostProblem& problem, int num_threads);
 
 }  // namespace mhc::ops::post

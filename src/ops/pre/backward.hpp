@@ -13,6 +13,9 @@ namespace mhc::ops::pre::backward {
 // What a face asks of validation besides SPEC's tensors.
 struct Rules {
   bool eps_values = true;  // eps finite and >= 0 (the aclnn face: CANN checks no eps value)
+  // grad_x is a composed operator's workspace (ops/post_pre): its view gives the
+  // shape and dtype only, its memory is not checked against the caller's.
+  bool grad_x_in_workspace = false;
 };
 
 Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out, const Options& options,

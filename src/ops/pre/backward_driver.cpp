@@ -74,6 +74,7 @@ kernels::BackwardOperands operands_of(const core::BackwardProblem& p) {
   o.pre_mix = token_rows<const float>(p.pre_mix);
   o.grad_h_pre = token_rows<const float>(p.grad_h_pre);
   o.grad_pre_mix = token_rows<float>(p.grad_pre_mix);
+  o.grad_h_pre_adds = p.grad_h_pre_adds;
   o.grad_x = stream_rows<void>(p.grad_x);
   o.grad_phi = matrix<float>(p.grad_phi);
   o.grad_gamma = matrix<float>(p.grad_gamma);

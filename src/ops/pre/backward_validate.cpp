@@ -66,8 +66,11 @@ Status validate(const PreBackwardInputs& in, const PreBackwardOutputs& out, cons
   if (grad_h_res) inputs.push_back({"grad_h_res", &*grad_h_res});
   if (in.gamma) inputs.push_back({"gamma", &*in.gamma});
   if (in.grad_x_post) inputs.push_back({"grad_x_post", &*in.grad_x_post});
-  NamedList outputs = {{"grad_x", &out.grad_x}, {"grad_phi", &out.grad_phi},
-                                {"grad_alpha", &out.grad_alpha}, {"grad_bias", &out.grad_bias}};
+  NamedList outputs;
+  if (!rules.grad_x_in_workspace) outputs.push_back({"grad_x", &out.grad_x});
+  for (const Named& n : {Named{"grad_phi", &out.grad_phi}, Named{"grad_alpha", &out.grad_alpha},
+                         Named{"grad_bias", &out.grad_bias}})
+    outputs.push_back(n);
   if (out.grad_gamma) outputs.push_back({"grad_gamma", &*out.grad_gamma});
   MHC_RETURN_IF_ERROR(check_outputs_disjoint(inputs, outputs, &out.grad_x,
                                              in.grad_x_post ? &*in.grad_x_post : nullptr));

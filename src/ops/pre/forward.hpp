@@ -43,12 +43,24 @@ Primitive make_primitive(const core::ForwardProblem& problem, int num_threads = 
 // The same from this thread's primitive cache (ops/primitive_cache.hpp): what every
 // face runs, so a problem asked again is not planned again.
 std::shared_ptr<const Primitive> cached_primitive(const core::ForwardProblem& problem, int num_threads = 0);
+// What a fused operator runs on a range of tokens before the pre reads them
+// (ops/post_pre: MhcPost writing x): by the worker that then runs those tokens'
+// item, while the rows are in its cache.
+struct TokenPrologue {
+  void (*run)(const void* context, int64_t t0, int64_t t1, int worker) = nullptr;
+  const void* context = nullptr;
+};
+
 // `workspace`: primitive.workspace_bytes bytes aligned to 64 (nullptr when 0).
-Status run(const Primitive& primitive, void* workspace, size_t workspace_bytes);
+// With a prologue, each item runs it first; calls that read x before their items
+// (staged, decode-sized, serial) run it on every token first.
+Status run(const Primitive& primitive, void* workspace, size_t workspace_bytes,
+           const TokenPrologue* prologue = nullptr);
 
 // Both of the above in one.
 size_t workspace_bytes(const core::ForwardProblem& problem, int num_threads = 0);
-Status run(const core::ForwardProblem& problem, void* workspace, size_t workspace_bytes, int num_threads);
+Status run(const core::ForwardProblem& problem, void* workspace, size_t workspace_bytes, int num_threads,
+           const TokenPrologue* prologue = nullptr);
 
 // run() in the calling thread's reused workspace, sized here (the C++ face's call).
 Status run_in_thread_workspace(const core::ForwardProblem& problem, int num_threads);

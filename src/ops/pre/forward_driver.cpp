@@ -100,11 +100,21 @@ std::shared_ptr<const Primitive> cached_primitive(const core::ForwardProblem& pr
   return cache.get(problem, threads, std::equal_to<>(), [&] { return make_primitive(problem, threads); });
 }
 
-Status run(const Primitive& primitive, void* workspace, size_t workspace_bytes) {
+Status run(const Primitive& primitive, void* workspace, size_t workspace_bytes, const TokenPrologue* prologue) {
   const Plan& plan = primitive.plan;
   if (Status s = workspace_error(primitive.workspace_bytes, workspace_bytes, workspace); !s.ok()) return s;
   const int64_t T = primitive.problem.dims.T;
   if (T == 0) return {};
+  const kernels::PreForwardKernels& kernels = *primitive.kernels;
+  // Decode-sized calls read x in their preparation; staged ones in the gather.
+  const bool prologue_first =
+      prologue != nullptr && (primitive.staged || kernels.serial || T <= kernels::kDecodeTokens);
+  if (prologue_first)
+    runtime::parallel_for(kernels::ceil_div(T, plan.item_tokens), plan.threads, [&](int64_t item, int worker) {
+      const int64_t t0 = item * plan.item_tokens;
+      prologue->run(prologue->context, t0, std::min(T, t0 + plan.item_tokens), worker);
+    });
+  const TokenPrologue* per_item = prologue_first ? nullptr : prologue;
   // Only a staged call needs its own problem (pointing at the copies).
   core::ForwardProblem staged_problem;
   Staging staging;
@@ -116,7 +126,6 @@ Status run(const Primitive& primitive, void* workspace, size_t workspace_bytes) 
   const kernels::ForwardOperands staged_operands = primitive.staged ? operands_of(staged_problem)
                                                                      : kernels::ForwardOperands{};
   const kernels::ForwardOperands& operands = primitive.staged ? staged_operands : primitive.operands;
-  const kernels::PreForwardKernels& kernels = *primitive.kernels;
   const Workspace w = lay_out(plan, workspace);
   if (plan.prepare_parts > 0) {
     // What a helper reads travels in the job's line (the workspace's address) or
@@ -134,9 +143,9 @@ Status run(const Primitive& primitive, void* workspace, size_t workspace_bytes) 
     kernels.tokens({&operands, w.scratch_base, &w.prepared, primitive.finish}, 0, T);
   } else {
     runtime::parallel_for(plan.items, plan.threads, [&](int64_t item, int worker) {
-      const int64_t t0 = item * plan.item_tokens;
-      kernels.tokens({&operands, w.scratch(worker), &w.prepared, primitive.finish}, t0,
-                     std::min(T, t0 + plan.item_tokens));
+      const int64_t t0 = item * plan.item_tokens, t1 = std::min(T, t0 + plan.item_tokens);
+      if (per_item != nullptr) per_item->run(per_item->context, t0, t1, worker);
+      kernels.tokens({&operands, w.scratch(worker), &w.prepared, primitive.finish}, t0, t1);
     });
   }
   if (primitive.staged) staging.scatter(primitive.threads);
@@ -147,8 +156,9 @@ size_t workspace_bytes(const core::ForwardProblem& problem, int num_threads) {
   return cached_primitive(problem, num_threads)->workspace_bytes;
 }
 
-Status run(const core::ForwardProblem& problem, void* workspace, size_t workspace_bytes, int num_threads) {
-  return run(*cached_primitive(problem, num_threads), workspace, workspace_bytes);
+Status run(const core::ForwardProblem& problem, void* workspace, size_t workspace_bytes, int num_threads,
+           const TokenPrologue* prologue) {
+  return run(*cached_primitive(problem, num_threads), workspace, workspace_bytes, prologue);
 }
 
 Status run_in_thread_workspace(const core::ForwardProblem& problem, int num_threads) {

@@ -72,7 +72,7 @@ struct Named {
   const char* name;
   const TensorView* view;
 };
-using NamedList = InlineList<Named, 16>;  // an operator's inputs or outputs
+using NamedList = InlineList<Named, 24>;  // an operator's inputs or outputs
 Status check_outputs_disjoint(const NamedList& inputs, const NamedList& outputs,
                               const TensorView* allowed_out, const TensorView* allowed_in);
 

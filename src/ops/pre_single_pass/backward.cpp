@@ -39,6 +39,10 @@ BackwardProblem placed(const BackwardProblem& original, char* base, const Backwa
   p.pre.grad_h_res = contiguous_like(original.pre.grad_h_res, base + l.z_bytes);
   float* rows = reinterpret_cast<float*>(base + 2 * l.z_bytes);
   const core::Strided& per_token = original.pre.h_pre;  // [B,S,N]
+  if (original.own_h_pre) {
+    p.pre.grad_h_pre_adds = p.pre.grad_h_pre.present();
+    return p;
+  }
   if (!p.pre.pre_mix.present()) p.pre.pre_mix = shared_row(per_token, rows);
   if (!p.pre.grad_h_pre.present()) p.pre.grad_h_pre = shared_row(per_token, rows + original.pre.dims.N);
   return p;
@@ -56,7 +60,7 @@ BackwardLayout backward_layout(const BackwardProblem& problem, int num_threads) 
 }  // namespace
 
 Status validate_backward(const PreSinglePassBackwardInputs& in, const PreSinglePassBackwardOutputs& out,
-                         const Options& options, BackwardProblem* p) {
+                         const Options& options, BackwardProblem* p, const Rules& rules) {
   BackwardProblem problem;
   MHC_RETURN_IF_ERROR(check_residual_rows(in.x, in.phi, kWhose));
   {  // alpha's form before the outputs (whose shapes follow from it) are checked
@@ -67,7 +71,8 @@ Status validate_backward(const PreSinglePassBackwardInputs& in, const PreSingleP
   const PreBackwardInputs pre_in{in.x,      in.phi,   in.alpha, in.grad_h_in, in.grad_h_post, in.grad_h_res,
                                  in.inv_rms, in.h_mix, in.h_pre, in.h_post,    in.gamma,       in.grad_x_post};
   const PreBackwardOutputs pre_out{out.grad_x, out.grad_phi, out.grad_alpha, out.grad_bias, out.grad_gamma};
-  MHC_RETURN_IF_ERROR(pre::backward::validate(pre_in, pre_out, options, &problem.pre));
+  MHC_RETURN_IF_ERROR(pre::backward::validate(pre_in, pre_out, options, &problem.pre,
+                                              {.eps_values = true, .grad_x_in_workspace = rules.grad_x_in_workspace}));
   const core::Dims& d = problem.pre.dims;
   MHC_RETURN_IF_ERROR(check_fp32("bias", in.bias, {{{d.F}, {"F"}}}));
   TokenSpace s;
@@ -91,8 +96,11 @@ Status validate_backward(const PreSinglePassBackwardInputs& in, const PreSingleP
   NamedList inputs = {{"bias", &in.bias}};
   if (in.pre_mix) inputs.push_back({"pre_mix", &*in.pre_mix});
   if (in.grad_h_pre) inputs.push_back({"grad_h_pre", &*in.grad_h_pre});
-  NamedList outputs = {{"grad_x", &out.grad_x}, {"grad_phi", &out.grad_phi}, {"grad_alpha", &out.grad_alpha},
-                       {"grad_bias", &out.grad_bias}};
+  NamedList outputs;
+  if (!rules.grad_x_in_workspace) outputs.push_back({"grad_x", &out.grad_x});
+  for (const Named& n : {Named{"grad_phi", &out.grad_phi}, Named{"grad_alpha", &out.grad_alpha},
+                         Named{"grad_bias", &out.grad_bias}})
+    outputs.push_back(n);
   if (out.grad_gamma) outputs.push_back({"grad_gamma", &*out.grad_gamma});
   if (out.grad_pre_mix) {
     outputs.push_back({"grad_pre_mix", &*out.grad_pre_mix});
@@ -128,7 +136,7 @@ Status run_backward(const BackwardProblem& original, void* workspace, size_t byt
   const core::Dims& d = p.pre.dims;
   float* rows = reinterpret_cast<float*>(base + 2 * l.z_bytes);
   std::fill_n(rows, 2 * d.N, 0.0f);
-  if (!original.pre.pre_mix.present()) rows[0] = 1.0f;  // the first site selects stream 0
+  if (!original.pre.pre_mix.present() && !original.own_h_pre) rows[0] = 1.0f;  // the first site selects stream 0
   // z_res = alpha_res (r m) + bias, as the fp32 families' forward forms it.
   const float alpha_res = p.pre.alpha.load(p.pre.alpha.at(0, 2));
   for (int64_t t = 0; t < d.T; ++t) {

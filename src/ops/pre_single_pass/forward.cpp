@@ -70,7 +70,8 @@ size_t forward_workspace_bytes(const ForwardProblem& problem, int num_threads) {
   return l.z_bytes + l.rest;
 }
 
-Status run_forward(const ForwardProblem& original, void* workspace, size_t bytes, int num_threads) {
+Status run_forward(const ForwardProblem& original, void* workspace, size_t bytes, int num_threads,
+                   const pre::forward::TokenPrologue* prologue) {
   const ForwardLayout l = forward_layout(original, num_threads);
   if (Status s = workspace_error(l.z_bytes + l.rest, bytes, workspace); !s.ok()) return s;
   if (original.pre.dims.T == 0) return {};
@@ -78,7 +79,7 @@ Status run_forward(const ForwardProblem& original, void* workspace, size_t bytes
   ForwardProblem p = original;
   p.pre.h_res = contiguous_like(original.pre.h_res, base);
   p.sinkhorn.z = contiguous_like(original.sinkhorn.z, base);
-  MHC_RETURN_IF_ERROR(pre::forward::run(p.pre, base + l.z_bytes, l.rest, num_threads));
+  MHC_RETURN_IF_ERROR(pre::forward::run(p.pre, base + l.z_bytes, l.rest, num_threads, prologue));
   return sinkhorn::run_forward(p.sinkhorn, base + l.z_bytes, l.rest, num_threads);
 }
 

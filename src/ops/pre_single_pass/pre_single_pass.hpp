@@ -10,6 +10,7 @@
 #include "core/sinkhorn_problem.hpp"
 #include "mhc/mhc.hpp"
 #include "ops/described.hpp"
+#include "ops/pre/forward.hpp"
 
 namespace mhc::ops::pre_single_pass {
 
@@ -26,16 +27,25 @@ struct BackwardProblem {
   core::SinkhornProblem sinkhorn;
   core::BackwardProblem pre;
   core::Strided bias;  // [F], for z_res
+  // V4's site (MhcPostPre, SPEC §15): h_in collapsed with its own h_pre; a
+  // grad_h_pre given adds to the collapse's sums.
+  bool own_h_pre = false;
 };
 
 Status validate_forward(const PreSinglePassForwardInputs& in, const PreSinglePassForwardOutputs& out,
                         const Options& options, ForwardProblem* problem);
+// What a composed operator (ops/post_pre) asks of validation besides SPEC's tensors.
+struct Rules {
+  bool grad_x_in_workspace = false;  // pre::backward::Rules'
+};
 Status validate_backward(const PreSinglePassBackwardInputs& in, const PreSinglePassBackwardOutputs& out,
-                         const Options& options, BackwardProblem* problem);
+                         const Options& options, BackwardProblem* problem, const Rules& rules = {});
 
 size_t forward_workspace_bytes(const ForwardProblem& problem, int num_threads = 0);
 size_t backward_workspace_bytes(const BackwardProblem& problem, int num_threads = 0);
-Status run_forward(const ForwardProblem& problem, void* workspace, size_t bytes, int num_threads);
+// prologue: pre::forward::run's (what writes x, token range by token range).
+Status run_forward(const ForwardProblem& problem, void* workspace, size_t bytes, int num_threads,
+                   const pre::forward::TokenPrologue* prologue = nullptr);
 Status run_backward(const BackwardProblem& problem, void* workspace, size_t bytes, int num_threads);
 
 Status run_forward_in_thread_workspace(const ForwardProblem& problem, int num_threads);
