@@ -112,8 +112,8 @@ std::vector<LayerCase> sinkhorn_cases(int threads, int runs, double min_seconds)
 
 // The layer boundary (SPEC §15) at T=4096 N=4 D=4096 bf16: MhcPostPre forward in
 // both variants beside the unfused pair it replaces (the same bits), and the
-// single-pass backward beside MhcPreBackward + MhcSinkhornBackward (recomputed
-// from z) on the same shape. bytes: the boundary's minimum, read x_s and y,
+// single-pass backward beside MhcPreBackward alone and with MhcSinkhornBackward
+// (recomputed from z) on the same shape. bytes: the boundary's minimum, read x_s and y,
 // write x_{s+1} and h_in (SPEC §15); the backward's: its inputs read once.
 std::vector<LayerCase> boundary_cases(int threads, int runs, double min_seconds) {
   const int64_t T = 4096, N = 4, D = 4096, K = N * D, F = 2 * N + N * N, I = 20;
@@ -186,6 +186,11 @@ std::vector<LayerCase> boundary_cases(int threads, int runs, double min_seconds)
                                            rms, mix, hpre, hpn, std::nullopt, 1e-6, I},
                                           {gx, gpmix, gphi, galpha, gbias, std::nullopt}, options(n)),
             "single pass backward");
+  }));
+  cases.push_back(timed("pre", "backward", shape + " V4", backward, threads, runs, min_seconds, [&](int n) {
+    require(mhc::pre_backward({xn, phiv, alphav, ghin, ghpost, gz, rms, mix, hpre, hpn, std::nullopt, std::nullopt},
+                              {gx, gphi, galpha, gbias, std::nullopt}, options(n)),
+            "pre backward");
   }));
   cases.push_back(timed("pre+sk", "backward", shape + " V4", backward, threads, runs, min_seconds, [&](int n) {
     mhc::SinkhornBackwardInputs sin;

@@ -10,7 +10,7 @@
 namespace mhc_bench {
 
 struct LayerCase {
-  std::string name;    // "post", "sinkhorn", "post_pre", "unfused", "pre_sp", "pre+sk"
+  std::string name;    // "post", "sinkhorn", "post_pre", "unfused", "pre_sp", "pre", "pre+sk"
   std::string op;      // "forward", "backward", ...
   std::string shape;   // e.g. "T=4096 N=4 D=4096 bf16"
   OperatorCost cost;   // bytes: every input read once, every output written once
