@@ -1,7 +1,6 @@
 // The composed operators' shared views and checks (composition.hpp).
 #include "ops/composition.hpp"
 
-#include <cctype>
 #include <string>
 
 #include "ops/pre/operands.hpp"
@@ -44,24 +43,20 @@ Status check_residual_rows(const TensorView& x, const TensorView& phi, const cha
 
 Status renamed(const Status& s, std::initializer_list<Rename> renames) {
   if (s.ok()) return s;
-  auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-  const std::string& message = s.message();
-  std::string out;
-  for (size_t i = 0; i < message.size();) {
-    if (!is_word(message[i])) {
-      out += message[i++];
-      continue;
-    }
-    size_t end = i;
-    while (end < message.size() && is_word(message[end])) ++end;
-    const std::string word = message.substr(i, end - i);
-    const char* said = nullptr;
-    for (const Rename& r : renames)
-      if (word == r.own) said = r.said;
-    out += said != nullptr ? std::string(said) : word;
-    i = end;
-  }
-  return Status(s.code(), s.kind(), out);
+  return Status(s.code(), s.kind(), rename_words(s.message(), [&](const std::string& word) -> const char* {
+                  for (const Rename& r : renames)
+                    if (word == r.own) return r.said;
+                  return nullptr;
+                }));
+}
+
+Status check_residual_branch(const TensorView& x, const TensorView& phi, const TensorView& alpha, const char* whose,
+                             const char* what) {
+  MHC_RETURN_IF_ERROR(check_residual_rows(x, phi, whose));
+  TokenSpace space;
+  if (check_x("x", x, &space).ok() && check_phi_alpha("phi", phi, "alpha", alpha, &space.dims).ok())
+    return check_three_entries(space.dims, alpha, what);
+  return {};
 }
 
 Status check_three_entries(const core::Dims& d, const TensorView& alpha, const char* what) {

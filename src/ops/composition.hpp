@@ -22,6 +22,10 @@ core::Strided contiguous_like(const core::Strided& s, void* data);
 Status check_residual_rows(const TensorView& x, const TensorView& phi, const char* whose);
 // alpha [3]: `what` says why the operator needs the residual branch.
 Status check_three_entries(const core::Dims& d, const TensorView& alpha, const char* what);
+// Both, before the pre block's checks of the outputs (whose shapes follow from
+// alpha's form); x, phi and alpha themselves are those checks' to name.
+Status check_residual_branch(const TensorView& x, const TensorView& phi, const TensorView& alpha, const char* whose,
+                             const char* what);
 
 // An inner operator's message in the composed operator's words: each whole word
 // `own` said as `said` (the inner x is the composed operator's x_next, ...).

@@ -1,6 +1,7 @@
 #include "ops/tensor_checks.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <string>
 
@@ -60,6 +61,24 @@ Status layout_error(const char* name, const std::string& what) {
 }
 Status value_error(const char* name, const std::string& what) {
   return {StatusCode::invalid_argument, ErrorKind::value, std::string(name) + ": " + what};
+}
+
+std::string rename_words(const std::string& message, const std::function<const char*(const std::string&)>& said) {
+  auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  std::string out;
+  for (size_t i = 0; i < message.size();) {
+    if (!is_word(message[i])) {
+      out += message[i++];
+      continue;
+    }
+    size_t end = i;
+    while (end < message.size() && is_word(message[end])) ++end;
+    const std::string word = message.substr(i, end - i);
+    const char* renamed = said(word);
+    out += renamed != nullptr ? std::string(renamed) : word;
+    i = end;
+  }
+  return out;
 }
 
 Status check_view(const char* name, const TensorView& v) {

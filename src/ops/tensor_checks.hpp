@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <initializer_list>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,9 @@ Status dtype_error(const char* name, const std::string& expected, DType got);
 Status shape_error(const char* name, const std::string& expected, const TensorView& got);
 Status layout_error(const char* name, const std::string& what);
 Status value_error(const char* name, const std::string& what);
+// A message in another operator's words: each whole word (letters, digits, '_')
+// for which `said` gives a name is replaced by it (nullptr: kept).
+std::string rename_words(const std::string& message, const std::function<const char*(const std::string&)>& said);
 
 // Up to Capacity values held in place (more are dropped: the checks' own shapes
 // have at most five dims, their lists of tensors at most a dozen). Every call

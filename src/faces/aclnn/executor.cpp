@@ -3,7 +3,6 @@
 // caller's memory, dims, strides), so aclTensors may be destroyed before the
 // run. It runs once: the run phase takes it out of the registry and frees it,
 // so a second run finds no live handle and fails cleanly.
-#include <cctype>
 #include <cstring>
 #include <map>
 #include <string>
@@ -17,6 +16,7 @@
 #include "ops/pre/forward.hpp"
 #include "ops/pre_sinkhorn/pre_sinkhorn.hpp"
 #include "ops/sinkhorn/sinkhorn.hpp"
+#include "ops/tensor_checks.hpp"
 
 namespace mhc::faces::aclnn {
 namespace {
@@ -90,21 +90,7 @@ std::string with_cann_names(const std::string& message, const char* op) {
         if (word == r.own) return r.cann;
     return nullptr;
   };
-  auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-  std::string out;
-  for (size_t i = 0; i < message.size();) {
-    if (!is_word(message[i])) {
-      out += message[i++];
-      continue;
-    }
-    size_t end = i;
-    while (end < message.size() && is_word(message[end])) ++end;
-    const std::string word = message.substr(i, end - i);
-    const char* renamed = rename(word);
-    out += renamed != nullptr ? std::string(renamed) : word;
-    i = end;
-  }
-  return out;
+  return ops::rename_words(message, rename);
 }
 
 // The operator layer's run of each kind of problem, at the thread count its

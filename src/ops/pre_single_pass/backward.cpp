@@ -62,12 +62,7 @@ BackwardLayout backward_layout(const BackwardProblem& problem, int num_threads) 
 Status validate_backward(const PreSinglePassBackwardInputs& in, const PreSinglePassBackwardOutputs& out,
                          const Options& options, BackwardProblem* p, const Rules& rules) {
   BackwardProblem problem;
-  MHC_RETURN_IF_ERROR(check_residual_rows(in.x, in.phi, kWhose));
-  {  // alpha's form before the outputs (whose shapes follow from it) are checked
-    TokenSpace space;
-    if (check_x("x", in.x, &space).ok() && check_phi_alpha("phi", in.phi, "alpha", in.alpha, &space.dims).ok())
-      MHC_RETURN_IF_ERROR(check_three_entries(space.dims, in.alpha, kWhy));
-  }
+  MHC_RETURN_IF_ERROR(check_residual_branch(in.x, in.phi, in.alpha, kWhose, kWhy));
   const PreBackwardInputs pre_in{in.x,      in.phi,   in.alpha, in.grad_h_in, in.grad_h_post, in.grad_h_res,
                                  in.inv_rms, in.h_mix, in.h_pre, in.h_post,    in.gamma,       in.grad_x_post};
   const PreBackwardOutputs pre_out{out.grad_x, out.grad_phi, out.grad_alpha, out.grad_bias, out.grad_gamma};

@@ -33,12 +33,7 @@ ForwardLayout forward_layout(const ForwardProblem& problem, int num_threads) {
 Status validate_forward(const PreSinglePassForwardInputs& in, const PreSinglePassForwardOutputs& out,
                         const Options& options, ForwardProblem* p) {
   ForwardProblem problem;
-  MHC_RETURN_IF_ERROR(check_residual_rows(in.x, in.phi, kWhose));
-  {  // alpha's form before the outputs (whose shapes follow from it) are checked
-    TokenSpace space;
-    if (check_x("x", in.x, &space).ok() && check_phi_alpha("phi", in.phi, "alpha", in.alpha, &space.dims).ok())
-      MHC_RETURN_IF_ERROR(check_three_entries(space.dims, in.alpha, kWhy));
-  }
+  MHC_RETURN_IF_ERROR(check_residual_branch(in.x, in.phi, in.alpha, kWhose, kWhy));
   const PreForwardInputs pre_in{in.x, in.phi, in.alpha, in.bias, in.gamma};
   const PreForwardOutputs pre_out{out.h_in, out.h_post, out.h_res, out.inv_rms, out.h_mix, out.h_pre};
   MHC_RETURN_IF_ERROR(pre::forward::validate(pre_in, pre_out, options, &problem.pre));

@@ -26,18 +26,6 @@ TensorView without_unit_dim(const TensorView& v, const TensorView& x) {
   return u;
 }
 
-struct ForwardLayout {
-  size_t z_bytes, rest;
-};
-ForwardLayout forward_layout(const ForwardProblem& problem, int num_threads) {
-  ForwardProblem sized = problem;
-  sized.pre.h_res = contiguous_like(problem.pre.h_res, kSizingAddress);
-  sized.sinkhorn.z = contiguous_like(problem.sinkhorn.z, kSizingAddress);
-  const size_t z_bytes = aligned64(size_t(problem.pre.dims.T * problem.pre.dims.R) * sizeof(float));
-  return {z_bytes, std::max(pre::forward::workspace_bytes(sized.pre, num_threads),
-                            sinkhorn::forward_workspace_bytes(sized.sinkhorn, num_threads))};
-}
-
 struct BackwardLayout {
   size_t grad_z_bytes, h_post_bytes, rest;
 };
@@ -118,26 +106,9 @@ Status validate_backward(const PreSinkhornBackwardInputs& in, const PreSinkhornB
   return {};
 }
 
-size_t forward_workspace_bytes(const ForwardProblem& problem, int num_threads) {
-  const ForwardLayout l = forward_layout(problem, num_threads);
-  return l.z_bytes + l.rest;
-}
-
 size_t backward_workspace_bytes(const BackwardProblem& problem, int num_threads) {
   const BackwardLayout l = backward_layout(problem, num_threads);
   return l.grad_z_bytes + l.h_post_bytes + l.rest;
-}
-
-Status run_forward(const ForwardProblem& original, void* workspace, size_t bytes, int num_threads) {
-  const ForwardLayout l = forward_layout(original, num_threads);
-  if (Status s = workspace_error(l.z_bytes + l.rest, bytes, workspace); !s.ok()) return s;
-  if (original.pre.dims.T == 0) return {};
-  char* base = static_cast<char*>(workspace);
-  ForwardProblem p = original;
-  p.pre.h_res = contiguous_like(original.pre.h_res, base);
-  p.sinkhorn.z = contiguous_like(original.sinkhorn.z, base);
-  MHC_RETURN_IF_ERROR(pre::forward::run(p.pre, base + l.z_bytes, l.rest, num_threads));
-  return sinkhorn::run_forward(p.sinkhorn, base + l.z_bytes, l.rest, num_threads);
 }
 
 Status run_backward(const BackwardProblem& original, void* workspace, size_t bytes, int num_threads) {

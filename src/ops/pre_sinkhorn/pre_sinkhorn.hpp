@@ -9,6 +9,7 @@
 #include "core/problem.hpp"
 #include "core/sinkhorn_problem.hpp"
 #include "mhc/mhc.hpp"
+#include "ops/pre_single_pass/pre_single_pass.hpp"
 
 namespace mhc::ops::pre_sinkhorn {
 
@@ -16,11 +17,9 @@ struct Rules {
   bool eps_values = true;  // norm_eps and hc_eps finite and >= 0 (the aclnn face: CANN checks none)
 };
 
-// pre_forward writes z_res into the workspace; sinkhorn_forward reads it there.
-struct ForwardProblem {
-  core::ForwardProblem pre;
-  core::SinkhornProblem sinkhorn;
-};
+// The single pass's V4 form (h_in by the site's own h_pre): pre_forward writes
+// z_res into the workspace, sinkhorn_forward reads it there.
+using ForwardProblem = pre_single_pass::ForwardProblem;
 // sinkhorn_backward writes grad_z into the workspace, h_post is recomputed there
 // from the caches; pre_backward reads both.
 struct BackwardProblem {
@@ -35,9 +34,9 @@ Status validate_forward(const PreSinkhornForwardInputs& in, const PreSinkhornFor
 Status validate_backward(const PreSinkhornBackwardInputs& in, const PreSinkhornBackwardOutputs& out,
                          const Options& options, BackwardProblem* problem, const Rules& rules = {});
 
-size_t forward_workspace_bytes(const ForwardProblem& problem, int num_threads = 0);
+using pre_single_pass::forward_workspace_bytes;  // the forward is the single pass's V4 form
 size_t backward_workspace_bytes(const BackwardProblem& problem, int num_threads = 0);
-Status run_forward(const ForwardProblem& problem, void* workspace, size_t bytes, int num_threads);
+using pre_single_pass::run_forward;
 Status run_backward(const BackwardProblem& problem, void* workspace, size_t bytes, int num_threads);
 
 Status run_forward_in_thread_workspace(const ForwardProblem& problem, int num_threads);
