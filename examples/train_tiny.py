@@ -14,9 +14,17 @@ weighted sum of the streams, the final norm and the output projection. The backw
 is the library's: MhcPostBackward, MhcSinkhornBackward, MhcPreBackward with the post's
 grad_x as grad_x_post.
 
-The data: a deterministic synthetic corpus of arithmetic lines ("37+45=82",
-"81-29=52"), generated here from a seed; no downloads. The digits of the operands are
-random (ln 10 nats each), the rest -- format and results -- is learnable.
+--variant v4.1 is DeepSeek-V4.1's single pass (SPEC §14): each sub-layer an
+MhcBlock(single_pass=True), whose h_in collapses the streams with the previous site's h_pre
+(the first site: stream 0), all of them in one mhc.nn.MhcStack (the boundaries fused,
+SPEC §15), which ends with MhcCollapse by the last site's h_pre instead of a head.
+
+The data (--corpus): "arith", a deterministic synthetic corpus of arithmetic lines
+("37+45=82", "81-29=52"), generated here from a seed; no downloads. The digits of the
+operands are random (ln 10 nats each), the rest -- format and results -- is learnable.
+"fortunes", the text of Debian's fortunes package (/usr/share/games/fortunes, apt
+install fortunes), character-level (printable ASCII and newline, anything else one
+unknown symbol); the last tenth of each file's lines is held out.
 
 Modes (all on CPU):
     train_tiny.py                      train the mHC model on mhc's operators
@@ -36,9 +44,14 @@ Modes (all on CPU):
                                        produced (phi, alpha, bias, gamma, ...)
     train_tiny.py --ddp 2 --verify     then also train single-process on the same global
                                        batches and report the largest parameter difference
+    train_tiny.py --compare-variants   V4.1, V4 and the residual model for --seeds seeds,
+                                       stepped in turn on the same batches from the same
+                                       initial sub-layers; held-out loss per seed, means,
+                                       standard errors
 
 Every step is logged (step, loss, ms/step); a loss plot is written to --plot
-(default docs/train_tiny_loss.png; "none" to skip).
+(default docs/train_tiny_loss.png, docs/train_tiny_variants.png for --compare-variants;
+"none" to skip).
 Run from the repository root: PYTHONPATH=python /usr/bin/python3 examples/train_tiny.py --compare
 """
 import argparse
@@ -67,14 +80,22 @@ import mhc.nn  # noqa: E402  (explicit, although `import mhc` already loads it)
 from mhc.nn.reference import ReferenceMhcBlock, ReferenceMhcHead  # noqa: E402
 
 DEFAULT_PLOT = os.path.join(REPO, "docs", "train_tiny_loss.png")
+VARIANTS_PLOT = os.path.join(REPO, "docs", "train_tiny_variants.png")
 KINDS = ("mhc", "reference", "residual")
 LABELS = {"mhc": "mHC on mhc's operators", "reference": "mHC in torch ops (reference)",
           "residual": "plain residual (no hyper-connections)"}
+# --compare-variants: (name, kind, variant)
+STUDY = (("v4.1", "mhc", "v4.1"), ("v4", "mhc", "v4"), ("residual", "residual", "v4"))
+STUDY_LABELS = {"v4.1": "mHC V4.1 (single pass, MhcStack)", "v4": "mHC V4 (MhcBlock, MhcHead)",
+                "residual": "plain residual (no hyper-connections)"}
 
 # --------------------------------------------------------------------------- data
 
 VOCAB = "0123456789+-=\n"
 STOI = {c: i for i, c in enumerate(VOCAB)}
+FORTUNES_DIR = "/usr/share/games/fortunes"
+FORTUNES_VOCAB = "\n" + "".join(chr(c) for c in range(32, 127)) + "\x00"  # \x00: any other character
+HELD_OUT_FRACTION = 0.1
 
 
 def make_corpus(n_lines=30000, seed=1234):
@@ -93,6 +114,46 @@ def make_corpus(n_lines=30000, seed=1234):
             lines.append(f"{x}+{y}={x + y}\n")
     text = "".join(lines)
     return torch.tensor([STOI[c] for c in text], dtype=torch.long)
+
+
+def fortunes_text(part):
+    """The fortunes package's text: per file (sorted by name; the .dat indexes and .u8 links
+    skipped), its first 90% of lines for part "train", the last 10% for "held_out"."""
+    if not os.path.isdir(FORTUNES_DIR):
+        raise SystemExit(f"--corpus fortunes: {FORTUNES_DIR} is missing (apt-get install fortunes)")
+    texts = []
+    for name in sorted(os.listdir(FORTUNES_DIR)):
+        path = os.path.join(FORTUNES_DIR, name)
+        if name.endswith(".dat") or os.path.islink(path) or not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines(keepends=True)
+        cut = len(lines) - max(1, round(HELD_OUT_FRACTION * len(lines)))
+        texts.append("".join(lines[:cut] if part == "train" else lines[cut:]))
+    return "".join(texts)
+
+
+_CORPORA = {}
+
+
+def load_corpus(args, part):
+    """The character ids (1-D LongTensor) of --corpus's part "train" or "held_out": arith
+    lines drawn from --seed (held out: --seed + 1), or the fortunes' text."""
+    key = (args.corpus, part, args.seed if args.corpus == "arith" else None)
+    if key not in _CORPORA:
+        if args.corpus == "arith":
+            _CORPORA[key] = make_corpus(seed=args.seed + (part == "held_out"))
+        else:
+            unknown = len(FORTUNES_VOCAB) - 1
+            table = torch.full((128,), unknown, dtype=torch.long)
+            table[torch.tensor([ord(c) for c in FORTUNES_VOCAB[:-1]])] = torch.arange(unknown)
+            codes = torch.tensor([min(ord(c), 127) for c in fortunes_text(part)], dtype=torch.long)
+            _CORPORA[key] = table[codes]
+    return _CORPORA[key]
+
+
+def vocab_size(args):
+    return len(VOCAB) if args.corpus == "arith" else len(FORTUNES_VOCAB)
 
 
 def global_batch(data, step, batch, seq, seed):
@@ -171,12 +232,16 @@ class ResidualBlock(nn.Module):
 class TinyLM(nn.Module):
     """kind "mhc": expand_streams, MhcBlock per sub-layer, MhcHead; "reference": the same
     with mhc.nn.reference's torch-ops twins (same parameters, same initialisation);
-    "residual": one stream, ResidualBlock per sub-layer (the same sub-layers)."""
+    "residual": one stream, ResidualBlock per sub-layer (the same sub-layers). variant
+    "v4.1" (kind "mhc"): MhcBlock(single_pass=True) per sub-layer in an MhcStack, which
+    ends with MhcCollapse; no head."""
 
-    def __init__(self, vocab, seq, n, d, layers, heads, mlp_ratio, kind="mhc", recompute=False):
+    def __init__(self, vocab, seq, n, d, layers, heads, mlp_ratio, kind="mhc", recompute=False, variant="v4"):
         super().__init__()
         if kind not in KINDS:
             raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
+        if variant not in ("v4", "v4.1") or (variant == "v4.1" and kind == "reference"):
+            raise ValueError(f"variant: expected v4, or v4.1 with kind mhc or residual, got {variant!r}")
         self.n, self.kind = n, kind
         self.tok = nn.Embedding(vocab, d)
         self.pos = nn.Embedding(seq, d)
@@ -185,6 +250,10 @@ class TinyLM(nn.Module):
             subs += [PreNorm(d, Attention(d, heads)), PreNorm(d, MLP(d, mlp_ratio))]
         if kind == "residual":
             self.blocks = nn.ModuleList(ResidualBlock(s) for s in subs)
+            self.hc_head = None
+        elif variant == "v4.1":  # children "0", "1", ...: the state_dict of a ModuleList of blocks
+            self.blocks = mhc.nn.MhcStack(mhc.nn.MhcBlock(n, d, s, single_pass=True, recompute=recompute)
+                                          for s in subs)
             self.hc_head = None
         else:
             block, head = (ReferenceMhcBlock, ReferenceMhcHead) if kind == "reference" else (
@@ -200,7 +269,9 @@ class TinyLM(nn.Module):
     def forward(self, idx):                            # [B, S] -> logits [B, S, V]
         s = idx.shape[1]
         h = self.tok(idx) + self.pos(torch.arange(s))  # [B, S, D]
-        if self.hc_head is None:
+        if isinstance(self.blocks, mhc.nn.MhcStack):
+            h = self.blocks(mhc.nn.expand_streams(h, self.n))  # the collapse included
+        elif self.hc_head is None:
             for block in self.blocks:
                 h = block(h)
         else:
@@ -211,18 +282,20 @@ class TinyLM(nn.Module):
         return self.lm_head(self.norm(h))
 
 
-def build_model(args, kind):
+def build_model(args, kind, variant=None):
     """Same seed, same parameter order: mhc and reference start identical; the residual
-    model then takes their shared parameters (embeddings, sub-layers, norm, output)."""
+    model and V4.1's then take the V4 model's values of what they share (embeddings,
+    sub-layers, norm, output; V4.1 also phi, alpha and bias)."""
+    variant = variant or args.variant
     torch.manual_seed(args.seed)
-    make = lambda k: TinyLM(len(VOCAB), args.seq, args.streams, args.hidden, args.layers,  # noqa: E731
-                            args.heads, args.mlp_ratio, kind=k, recompute=args.recompute)
-    model = make(kind)
-    if kind == "residual":
+    make = lambda k, v: TinyLM(vocab_size(args), args.seq, args.streams, args.hidden,  # noqa: E731
+                               args.layers, args.heads, args.mlp_ratio, kind=k, recompute=args.recompute,
+                               variant=v)
+    model = make(kind, variant)
+    if kind == "residual" or variant == "v4.1":
         torch.manual_seed(args.seed)
-        shared = make("mhc").state_dict()
-        own = model.state_dict()
-        model.load_state_dict({k: shared[k] for k in own})
+        shared = make("mhc", "v4").state_dict()
+        model.load_state_dict({k: shared.get(k, v) for k, v in model.state_dict().items()})
     return model
 
 
@@ -246,9 +319,9 @@ def lr_at(args, step):
 class Trainer:
     """One model, its optimizer, and its per-step record."""
 
-    def __init__(self, args, kind, model=None, rank=0, world=1):
+    def __init__(self, args, kind, model=None, rank=0, world=1, variant=None):
         self.args, self.kind, self.rank, self.world = args, kind, rank, world
-        self.model = model if model is not None else build_model(args, kind)
+        self.model = model if model is not None else build_model(args, kind, variant)
         self.opt = make_optimizer(args, self.model)
         self.losses, self.ms = [], []
 
@@ -285,9 +358,10 @@ def summary_ms(ms, skip):
 
 
 def held_out_losses(model, args, batches=32):
-    """The loss on each of `batches` batches of a held-out corpus (lines drawn from another
-    seed than the training corpus'), without gradients."""
-    data = make_corpus(seed=args.seed + 1)
+    """The loss on each of `batches` batches of the held-out corpus (arith: lines drawn from
+    another seed than the training corpus'; fortunes: the held-out lines), without
+    gradients."""
+    data = load_corpus(args, "held_out")
     losses = []
     with torch.no_grad():
         for i in range(batches):
@@ -305,7 +379,9 @@ def paired(a, b):
 
 def describe(args):
     tokens = args.batch * args.seq
-    return (f"N={args.streams} streams, D={args.hidden}, {args.layers} layers "
+    variant = "" if args.compare_variants else ("V4.1 (single pass), " if args.variant == "v4.1" else "V4, ")
+    return (f"{args.corpus} corpus, {variant}"
+            f"N={args.streams} streams, D={args.hidden}, {args.layers} layers "
             f"({2 * args.layers} MhcBlocks), {args.heads} heads, MLP x{args.mlp_ratio}, "
             f"batch {args.batch} x seq {args.seq} = {tokens} tokens/step, {args.steps} steps, "
             f"{args.optim} lr {args.lr:g}, fp32, {args.threads} thread(s), mhc isa {mhc.isa()}"
@@ -320,7 +396,7 @@ def kind_of(args):
 
 def run_single(args, kind, log=True):
     set_threads(args.threads)
-    data = make_corpus(seed=args.seed)
+    data = load_corpus(args, "train")
     tr = Trainer(args, kind)
     for step in range(args.steps):
         loss, ms = tr.step(data, step)
@@ -373,7 +449,7 @@ def grad_agreement(model_a, model_b, data, args):
 
 def run_compare(args):
     set_threads(args.threads)
-    data = make_corpus(seed=args.seed)
+    data = load_corpus(args, "train")
     runs = {kind: Trainer(args, kind) for kind in KINDS}
     ours, ref, res = runs["mhc"], runs["reference"], runs["residual"]
     sd_a, sd_b = ours.model.state_dict(), ref.model.state_dict()
@@ -426,6 +502,104 @@ def run_compare(args):
     print(f"# {'PASS' if ok else 'FAIL'}: max relative mhc/reference loss difference {worst:.3e} "
           f"{'<=' if ok else '>'} tolerance {args.tolerance:g}", flush=True)
     return 0 if ok else 1
+
+
+def run_compare_variants(args):
+    """V4.1 (MhcStack), V4 (MhcBlocks and MhcHead) and the residual model for each of --seeds
+    seeds, the three stepped in turn on the same batches from the same initial sub-layers,
+    embeddings and output (V4.1 also V4's phi, alpha, bias); the held-out loss of each, per
+    seed, and over the seeds their means, standard errors and paired differences."""
+    set_threads(args.threads)
+    print(f"# compare-variants: {describe(args)}; seeds {args.seed}..{args.seed + args.seeds - 1}", flush=True)
+    names = [name for name, _, _ in STUDY]
+    held = {name: [] for name in names}
+    curves = {name: [] for name in names}
+    ms = {name: [] for name in names}
+    for i in range(args.seeds):
+        seed_args = argparse.Namespace(**dict(vars(args), seed=args.seed + i))
+        data = load_corpus(seed_args, "train")
+        runs = {name: Trainer(seed_args, kind, variant=variant) for name, kind, variant in STUDY}
+        if i == 0:
+            counts = {name: sum(p.numel() for p in tr.model.parameters()) for name, tr in runs.items()}
+            print("# parameters: " + ", ".join(f"{name} {c:,}" for name, c in counts.items()), flush=True)
+        order = list(runs.values())
+        for step in range(args.steps):
+            for tr in order[step % 3:] + order[:step % 3]:  # none always inherits another's caches
+                tr.step(data, step)
+            print(f"seed {seed_args.seed} step {step:4d} | "
+                  + " | ".join(f"{name} {tr.losses[-1]:.5f} {tr.ms[-1]:6.1f} ms" for name, tr in runs.items()),
+                  flush=True)
+        for name, tr in runs.items():
+            held[name].append(statistics.fmean(held_out_losses(tr.model, seed_args)))
+            curves[name].append(tr.losses)
+            ms[name] += tr.ms[min(10, args.steps // 10):]
+        print(f"# seed {seed_args.seed}: held-out loss "
+              + ", ".join(f"{name} {held[name][-1]:.4f}" for name in names), flush=True)
+
+    def mean_se(values):
+        se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
+        return statistics.fmean(values), se
+
+    stats = {name: mean_se(held[name]) for name in names}
+    print(f"# held-out loss over {args.seeds} seeds (mean +- standard error): "
+          + ", ".join(f"{name} {m:.4f} +- {se:.4f}" for name, (m, se) in stats.items()), flush=True)
+    for a, b in (("v4.1", "v4"), ("v4.1", "residual"), ("v4", "residual")):
+        m, se = mean_se([x - y for x, y in zip(held[a], held[b])])
+        print(f"# {a} - {b}: {m:+.4f} +- {se:.4f} (paired over seeds)", flush=True)
+    med = {name: statistics.median(ms[name]) for name in names}
+    print("# ms/step (median over seeds, warm-up skipped): "
+          + ", ".join(f"{name} {med[name]:.1f}" for name in names), flush=True)
+    if args.plot:
+        plot_variants(args, names, curves, held, stats, med)
+    return 0
+
+
+def plot_variants(args, names, curves, held, stats, med):
+    """The training loss (mean over the seeds) and its difference to the residual model's
+    (moving averages), the held-out loss differences per seed with their mean and standard
+    error, and ms/step."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"v4.1": "tab:red", "v4": "tab:blue", "residual": "tab:gray"}
+    fig, grid = plt.subplots(2, 2, figsize=(13, 7.8))
+    (loss_ax, versus_ax), (held_ax, ms_ax) = grid
+    window = max(1, args.steps // 15)
+    mean_curve = {name: [statistics.fmean(step) for step in zip(*curves[name])] for name in names}
+    for name in names:
+        label = f"{STUDY_LABELS[name]}; held-out {stats[name][0]:.4f}"
+        loss_ax.plot(moving_average(mean_curve[name], window), color=colors[name], lw=1.4, label=label)
+        if name != "residual":
+            d = [a - b for a, b in zip(mean_curve[name], mean_curve["residual"])]
+            versus_ax.plot(moving_average(d, window), color=colors[name], lw=1.4, label=f"{name} - residual")
+    loss_ax.set(xlabel="step", ylabel="training loss (nats/char)",
+                title=f"training loss, mean over {args.seeds} seeds ({window}-step moving average)")
+    loss_ax.legend()
+    versus_ax.axhline(0.0, color="black", lw=0.6)
+    versus_ax.set(xlabel="step", ylabel="loss difference (nats/char)",
+                  title=f"training loss against the residual model's ({window}-step moving average)")
+    versus_ax.legend()
+    pairs = (("v4.1", "residual"), ("v4", "residual"), ("v4.1", "v4"))
+    for k, (a, b) in enumerate(pairs):
+        d = [x - y for x, y in zip(held[a], held[b])]
+        held_ax.plot([k + 0.06 * (i - (len(d) - 1) / 2) for i in range(len(d))], d, "o", color=colors[a], ms=5)
+        se = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else 0.0
+        held_ax.errorbar([k + 0.25], [statistics.fmean(d)], yerr=[se], fmt="s", color="black", capsize=4)
+    held_ax.axhline(0.0, color="black", lw=0.6)
+    held_ax.set_xticks(range(len(pairs)))
+    held_ax.set_xticklabels([f"{a} - {b}" for a, b in pairs])
+    held_ax.set(ylabel="held-out loss difference (nats/char)",
+                title="held-out loss differences: each seed (dots), mean +- standard error (squares)")
+    ms_ax.bar(range(len(names)), [med[name] for name in names], color=[colors[name] for name in names])
+    ms_ax.set_xticks(range(len(names)))
+    ms_ax.set_xticklabels(names)
+    ms_ax.set(ylabel="ms/step (median)", title="time per step (forward, backward, optimizer)")
+    fig.suptitle("\n".join(textwrap.wrap(f"train_tiny --compare-variants: {describe(args)}", 140)), fontsize=9)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(args.plot)), exist_ok=True)
+    fig.savefig(args.plot, dpi=100)
+    print(f"# plot written to {args.plot}", flush=True)
 
 
 def moving_average(values, window):
@@ -502,7 +676,7 @@ def ddp_worker(rank, world, port, args, out_dir):
                             world_size=world, timeout=datetime.timedelta(seconds=60))
     try:
         set_threads(args.threads)
-        data = make_corpus(seed=args.seed)
+        data = load_corpus(args, "train")
         kind = kind_of(args)
         model = build_model(args, kind)
         ddp = DDP(model)  # broadcasts rank 0's parameters; all-reduces (averages) every grad
@@ -577,6 +751,13 @@ def parse_args(argv=None):
     mode.add_argument("--residual", action="store_true", help="a plain residual model, no mHC")
     mode.add_argument("--compare", action="store_true",
                       help="train mhc, reference and residual side by side")
+    mode.add_argument("--compare-variants", action="store_true",
+                      help="train V4.1, V4 and residual side by side for --seeds seeds")
+    p.add_argument("--variant", choices=("v4", "v4.1"), default="v4",
+                   help="v4.1: DeepSeek-V4.1's single pass, MhcBlock(single_pass=True) in an MhcStack")
+    p.add_argument("--corpus", choices=("arith", "fortunes"), default="arith",
+                   help="the synthetic arithmetic lines, or Debian's fortunes (apt-get install fortunes)")
+    p.add_argument("--seeds", type=int, default=3, help="with --compare-variants: seeds --seed, --seed + 1, ...")
     p.add_argument("--ddp", type=int, default=0, metavar="P", help="DDP over P gloo processes")
     p.add_argument("--verify", action="store_true", help="with --ddp: compare with a single process")
     p.add_argument("--dump-dir", default=None, help="with --ddp: keep each rank's final state here")
@@ -597,14 +778,19 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tolerance", type=float, default=1e-3,
                    help="--compare fails above this max relative mhc/reference loss difference")
-    p.add_argument("--plot", default=DEFAULT_PLOT, help='PNG path, or "none"')
+    p.add_argument("--plot", default=None, help='PNG path, or "none" (default: docs/train_tiny_loss.png, '
+                   'docs/train_tiny_variants.png with --compare-variants)')
     args = p.parse_args(argv)
     if args.lr is None:
         args.lr = 0.3 if args.optim == "sgd" else 1e-3
-    if args.plot in ("", "none"):
+    if args.plot is None:
+        args.plot = VARIANTS_PLOT if args.compare_variants else DEFAULT_PLOT
+    elif args.plot in ("", "none"):
         args.plot = None
-    if args.ddp and args.compare:
-        p.error("--ddp and --compare are separate runs")
+    if args.ddp and (args.compare or args.compare_variants):
+        p.error("--ddp and --compare / --compare-variants are separate runs")
+    if args.variant == "v4.1" and (args.reference or args.compare):
+        p.error("--reference and --compare are V4's (the torch-ops twin of mhc.nn.reference is V4's)")
     if args.hidden % args.heads:
         p.error("--hidden must be a multiple of --heads")
     return args
@@ -616,6 +802,8 @@ def main(argv=None):
         return run_ddp(args)
     if args.compare:
         return run_compare(args)
+    if args.compare_variants:
+        return run_compare_variants(args)
     kind = kind_of(args)
     print(f"# {kind}: {describe(args)}", flush=True)
     tr = run_single(args, kind)

@@ -5,7 +5,8 @@ set -euo pipefail
 packages=(cmake ninja-build g++ clang googletest libgtest-dev libbenchmark-dev libhwy-dev
           python3-torch python3-numpy python3-pytest python3-matplotlib libopenblas0-pthread
           python3-venv python3-pip python3-setuptools python3-wheel  # pip install . (tests/install)
-          libclang-rt-14-dev)  # libFuzzer and clang's sanitizer runtimes (scripts/hardening.sh)
+          libclang-rt-14-dev  # libFuzzer and clang's sanitizer runtimes (scripts/hardening.sh)
+          fortunes)  # examples/train_tiny.py --corpus fortunes
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

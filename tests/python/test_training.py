@@ -3,7 +3,9 @@ built from expand_streams, MhcBlock and MhcHead): the module's init, state_dict,
 gradients and agreement with mhc.mhc_pre; the example's three models (mHC on our
 operators, its torch-ops twin, a plain residual model) and their initialisation; a short
 --compare run; DDP over 2 gloo processes on 127.0.0.1 against a single process on the
-same global batches."""
+same global batches. The V4.1 model (--variant v4.1: MhcBlock(single_pass=True) sites in an
+MhcStack): its start, the stack against its blocks one by one, recompute, DDP; the
+fortunes corpus and a short --compare-variants run."""
 import copy
 import importlib.util
 import io
@@ -248,14 +250,15 @@ def test_recompute_trains_the_same(torch_threads):
 
 @pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                     reason="torch.distributed with gloo is not available")
-def test_ddp_two_processes_match_single_process(tmp_path, torch_threads):
+@pytest.mark.parametrize("variant", ["v4", "v4.1"])
+def test_ddp_two_processes_match_single_process(tmp_path, torch_threads, variant):
     """DDP (gloo, 2 processes, 127.0.0.1, port picked at run time) for a few SGD steps on
     fixed global batches: both ranks end bitwise identical, and equal to one process on
     the whole global batch within fp32 rounding. SGD keeps the comparison linear in
     the gradients (Adam's first step is ~lr*sign(g), which would magnify rounding
     noise in near-zero gradients)."""
     steps = 3
-    argv = TINY + ["--optim", "sgd", "--lr", "0.5", "--steps", str(steps)]
+    argv = TINY + ["--optim", "sgd", "--lr", "0.5", "--steps", str(steps), "--variant", variant]
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python") + os.pathsep
                + os.environ.get("PYTHONPATH", ""), GLOO_SOCKET_IFNAME="lo",
                MASTER_ADDR="127.0.0.1")
@@ -300,3 +303,74 @@ def test_ddp_two_processes_match_single_process(tmp_path, torch_threads):
             assert worst[name] == 0 or moved > 20 * worst[name], f"{name}: moved {moved:.3g}, diff {worst[name]:.3g}"
     print(f"ddp vs single-process max |param diff| {max(worst.values()):.3e} "
           f"(mHC params {max(v for k, v in worst.items() if k.split('.')[-1] in MHC_PARAMS):.3e})")
+
+
+# ------------------------------------------------------------- V4.1 (--variant v4.1)
+
+def test_v41_model_is_an_mhc_stack_and_shares_the_v4_start(torch_threads):
+    """--variant v4.1: the sites are MhcBlock(single_pass=True) in an MhcStack (no head, no
+    gamma), starting from the V4 model's values of what they share; the stack's logits and
+    gradients are those of its blocks called one by one, bit for bit."""
+    tt = load_example()
+    args = tt.parse_args(TINY + ["--variant", "v4.1"])
+    model = tt.build_model(args, "mhc")
+    assert isinstance(model.blocks, mhc.nn.MhcStack) and model.blocks.single_pass and model.hc_head is None
+    assert len(model.blocks) == 2 * args.layers and all(b.gamma is None for b in model.blocks)
+    v4 = tt.build_model(args, "mhc", "v4").state_dict()
+    sd = model.state_dict()
+    assert set(sd) < set(v4) and {k.split(".")[-1] for k in set(v4) - set(sd)} == {"gamma", "phi", "alpha", "bias"}
+    for name, value in sd.items():
+        assert_same_bits(name, value, v4[name], "v4.1 vs v4 init")
+
+    tokens = torch.randint(0, len(tt.VOCAB), (2, args.seq), generator=torch.Generator().manual_seed(0))
+
+    def one_by_one(idx):
+        h = model.tok(idx) + model.pos(torch.arange(idx.shape[1]))
+        x, pre_mix = mhc.nn.expand_streams(h, model.n), None
+        for block in model.blocks:
+            x, pre_mix = block(x, pre_mix)
+        return model.lm_head(model.norm(mhc.mhc_collapse(x, pre_mix)))
+
+    results = []
+    for forward in (model, one_by_one):
+        model.zero_grad(set_to_none=True)
+        logits = forward(tokens)
+        logits.logsumexp(-1).mean().backward()
+        results.append((logits.detach(), {k: p.grad for k, p in model.named_parameters()}))
+    assert_same_bits("logits", results[0][0], results[1][0], "stack vs blocks")
+    for name, grad in results[0][1].items():
+        assert grad is not None, name
+        assert_same_bits(name, grad, results[1][1][name], "stack vs blocks")
+
+
+def test_v41_trains_and_recompute_trains_the_same(torch_threads):
+    tt = load_example()
+    runs = [tt.run_single(tt.parse_args(TINY + ["--variant", "v4.1", "--steps", "4"] + flag), "mhc", log=False)
+            for flag in ([], ["--recompute"])]
+    assert runs[0].losses == runs[1].losses and runs[0].losses[-1] < runs[0].losses[0]
+    assert all(b.recompute for b in runs[1].model.blocks)
+    sd = [r.model.state_dict() for r in runs]
+    for name in sd[0]:
+        assert_same_bits(name, sd[0][name], sd[1][name], "recompute vs not")
+    with pytest.raises(SystemExit):  # the torch-ops twin is V4's
+        tt.parse_args(TINY + ["--variant", "v4.1", "--compare"])
+
+
+@pytest.mark.skipif(not os.path.isdir("/usr/share/games/fortunes"), reason="Debian's fortunes is not installed")
+def test_fortunes_corpus_and_compare_variants(torch_threads, capsys):
+    """--corpus fortunes: printable ASCII and newline, the last tenth of each file's lines held
+    out; --compare-variants reports V4.1, V4 and the residual model per seed and over seeds."""
+    tt = load_example()
+    args = tt.parse_args(TINY + ["--corpus", "fortunes"])
+    train, held = tt.load_corpus(args, "train"), tt.load_corpus(args, "held_out")
+    assert tt.vocab_size(args) == 97 and int(train.max()) < 97 and int(held.min()) >= 0
+    assert 0.08 < held.numel() / (train.numel() + held.numel()) < 0.12
+    text = tt.fortunes_text("held_out")
+    assert text[-200:] not in tt.fortunes_text("train")
+    assert tt.main(TINY + ["--corpus", "fortunes", "--compare-variants", "--seeds", "2", "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    for seed in (0, 1):
+        assert f"# seed {seed}: held-out loss v4.1 " in out
+    assert "held-out loss over 2 seeds (mean +- standard error): v4.1 " in out
+    for pair in ("v4.1 - v4", "v4.1 - residual", "v4 - residual"):
+        assert f"# {pair}: " in out

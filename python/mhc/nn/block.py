@@ -1,5 +1,5 @@
-"""mhc.nn.MhcBlock: one sub-layer of an mHC model (SPEC §13), every step an operator of
-this library, forward and backward.
+"""mhc.nn.MhcBlock: one sub-layer of an mHC model (SPEC §13, or DeepSeek-V4.1's single
+pass, SPEC §14), every step an operator of this library, forward and backward.
 
     block = mhc.nn.MhcBlock(4, 512, mlp)       # mlp: any module [.., D] -> [.., D]
     x_next = block(x)                          # x: [.., N, D], bf16/fp16/fp32
@@ -9,47 +9,63 @@ this library, forward and backward.
     h_out  = sublayer(h_in)
     x_next = MhcPost(x, H, h_out, h_post)      SPEC §11 (H enters transposed)
 
+    block = mhc.nn.MhcBlock(4, 512, mlp, single_pass=True)
+    x_next, h_pre = block(x, pre_mix)          # pre_mix: the previous site's h_pre (None: the first)
+
+    h_in, h_pre, h_post, H = MhcPreSinglePass(x, pre_mix)    SPEC §14 (h_in collapsed with pre_mix)
+    x_next = MhcPost(x, H, sublayer(h_in), h_post)
+
 The block is two autograd Functions around the sub-layer, so the sub-layer keeps its own
 autograd graph and the engine runs its backward between the two, as for any module (one
 Function around the whole block would have to run the sub-layer's backward nested inside
 its own, which DDP's reducer and torch's checkpointing do not expect):
 
-    _PreSide   (x, phi, alpha, bias, gamma) -> (h_in, h_post, H)   MhcPre + MhcSinkhorn
-    _PostSide  (x, H, h_out, h_post)        -> x_next              MhcPost
+    _PreSide   (x, phi, alpha, bias, gamma, pre_mix) -> (h_in, [h_pre,] h_post, H)
+               MhcPre + MhcSinkhorn, or MhcPreSinglePass
+    _PostSide  (x, H, h_out, h_post)                  -> x_next          MhcPost
 
 x reaches the post side detached: its gradient there (MhcPostBackward's grad_x) does not
 go through autograd, which would add it to the pre side's grad_x in a separate pass
 over T*N*D elements. The post side's backward hands it over in a _Handoff object and the
-pre side's backward passes it to MhcPreBackward as grad_x_post, which adds it in its own
-pass (SPEC §13). The pre side's backward always runs after the post side's: it waits
-for the grads of h_post and H, which only the post side produces.
+pre side's backward passes it to MhcPreBackward (or the single pass's backward) as
+grad_x_post, which adds it in its own pass (SPEC §13). The pre side's backward always
+runs after the post side's: it waits for the grads of h_post and H, which only the post
+side produces. mhc.nn.MhcStack (stack.py) reuses these pieces with the boundaries fused.
 """
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .._core import (_eps, _num_iters, check_pre_args, npu_mhc_pre_backward, run_post_backward,
-                     run_post_forward, run_pre_forward, run_sinkhorn_backward, run_sinkhorn_forward)
-from ..ops import npu_mhc_post, npu_mhc_pre, npu_mhc_sinkhorn
+from .._core import (_eps, _num_iters, check_pre_args, check_pre_single_pass_args, npu_mhc_pre_backward,
+                     run_post_backward, run_post_forward, run_pre_forward, run_pre_single_pass_backward,
+                     run_pre_single_pass_forward, run_sinkhorn_backward, run_sinkhorn_forward)
+from ..ops import mhc_pre_single_pass, npu_mhc_post, npu_mhc_pre, npu_mhc_sinkhorn
 from .pre import MhcParameters
 
 
 class _Config:
     """A block's options for one call, checked (the Functions' non-tensor argument)."""
-    __slots__ = ("norm_eps", "hc_eps", "precision", "sinkhorn_eps", "num_iters", "recompute")
+    __slots__ = ("norm_eps", "hc_eps", "precision", "sinkhorn_eps", "num_iters", "recompute", "single_pass")
 
-    def __init__(self, block, x, phi, alpha, bias, gamma):
-        self.norm_eps, self.hc_eps, self.precision = check_pre_args(
-            x, phi, alpha, bias, gamma, block.norm_eps, block.hc_eps, 0, 0)
-        self.sinkhorn_eps = _eps("sinkhorn_eps", block.sinkhorn_eps)
-        self.num_iters = _num_iters(block.num_iters)
+    def __init__(self, block, x, phi, alpha, bias, gamma, pre_mix=None):
+        self.single_pass = block.single_pass
+        if self.single_pass:
+            self.num_iters, self.hc_eps, self.norm_eps, self.sinkhorn_eps = check_pre_single_pass_args(
+                x, phi, alpha, bias, pre_mix, gamma, block.num_iters, block.hc_eps, block.norm_eps,
+                block.sinkhorn_eps)
+            self.precision = None
+        else:
+            self.norm_eps, self.hc_eps, self.precision = check_pre_args(
+                x, phi, alpha, bias, gamma, block.norm_eps, block.hc_eps, 0, 0)
+            self.sinkhorn_eps = _eps("sinkhorn_eps", block.sinkhorn_eps)
+            self.num_iters = _num_iters(block.num_iters)
         self.recompute = bool(block.recompute)
 
 
 class _Handoff:
     """What one call's post-side backward hands to its pre-side backward: grad_x (for
-    grad_x_post) and, with recompute, the recomputed pre forward (z_res, inv_rms, h_mix,
-    h_pre, h_post). Each is taken (and cleared) by the pre side."""
+    grad_x_post) and, with recompute, the recomputed pre forward's caches (_pre_forward's
+    second result). Each is taken (and cleared) by the pre side."""
     __slots__ = ("grad_x", "forward")
 
     def __init__(self):
@@ -57,77 +73,110 @@ class _Handoff:
         self.forward = None
 
 
-def _pre_forward(x, phi, alpha, bias, gamma, cfg):
-    """MhcPre with its caches, then MhcSinkhorn (no caches): (h_in, h_post, H, z_res,
-    inv_rms, h_mix, h_pre). The same call in the forward and in a recompute, so the same
-    bits (SPEC §5)."""
+def _pre_forward(x, phi, alpha, bias, gamma, pre_mix, cfg):
+    """The pre side's forward with its caches: (outputs, caches). V4: MhcPre, then
+    MhcSinkhorn (no caches), outputs (h_in, h_post, H), caches (z_res, inv_rms, h_mix, h_pre,
+    h_post); V4.1: MhcPreSinglePass, outputs (h_in, h_pre, h_post, H), caches (inv_rms,
+    h_mix, h_pre, h_post). The same call in the forward and in a recompute, so the same bits
+    (SPEC §5)."""
+    if cfg.single_pass:
+        h_in, h_pre, h_post, h, inv_rms, h_mix = run_pre_single_pass_forward(
+            x, phi, alpha, bias, pre_mix, gamma, cfg.num_iters, cfg.hc_eps, cfg.norm_eps, cfg.sinkhorn_eps)
+        return (h_in, h_pre, h_post, h), (inv_rms, h_mix, h_pre, h_post)
     h_in, h_post, z_res, inv_rms, h_mix, h_pre = run_pre_forward(
         x, phi, alpha, bias, gamma, cfg.norm_eps, cfg.hc_eps, cfg.precision, with_caches=True)
     h = run_sinkhorn_forward(z_res, cfg.sinkhorn_eps, cfg.num_iters, with_caches=False)[0]
-    return h_in, h_post, h, z_res, inv_rms, h_mix, h_pre
+    return (h_in, h_post, h), (z_res, inv_rms, h_mix, h_pre, h_post)
+
+
+def _pre_backward(cfg, x, phi, alpha, bias, gamma, pre_mix, caches, grads, grad_x_post, h_in_shape, needs):
+    """The pre side's backward from its outputs' grads (None: zero): (grad_x, grad_phi,
+    grad_alpha, grad_bias, grad_gamma, grad_pre_mix). V4: MhcSinkhornBackward recomputing
+    from z_res, then MhcPreBackward; V4.1: the single pass's backward (the Sinkhorn's inside
+    it), h_pre's grad as its grad_h_pre. grad_x_post (fp32) is added in their pass over
+    grad_x."""
+    f32 = torch.float32
+    h_post = caches[-1]
+    if cfg.single_pass:
+        grad_h_in, grad_h_pre, grad_h_post, grad_h = grads
+    else:
+        grad_h_in, grad_h_post, grad_h = grads
+    if grad_h_in is None:
+        grad_h_in = torch.zeros(h_in_shape, dtype=x.dtype)
+    if grad_h_post is None:
+        grad_h_post = torch.zeros(h_post.shape, dtype=f32)
+    if cfg.single_pass:
+        inv_rms, h_mix, h_pre, _ = caches
+        if grad_h is None:
+            grad_h = torch.zeros(h_post.shape + h_post.shape[-1:], dtype=f32)
+        grad_x, grad_pre_mix, grad_phi, grad_alpha, grad_bias, grad_gamma = run_pre_single_pass_backward(
+            x, phi, alpha, bias, pre_mix, gamma, grad_h_in, grad_h_pre, grad_h_post, grad_h, inv_rms, h_mix, h_pre,
+            h_post, cfg.num_iters, cfg.hc_eps, cfg.norm_eps, cfg.sinkhorn_eps, grad_x_post=grad_x_post,
+            with_grad_pre_mix=needs[5])
+        return grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma, grad_pre_mix
+    z_res, inv_rms, h_mix, h_pre, _ = caches
+    if grad_h is None:
+        grad_z = torch.zeros(z_res.shape, dtype=f32)
+    else:
+        grad_z = run_sinkhorn_backward(grad_h, None, None, z_res, cfg.sinkhorn_eps, cfg.num_iters)
+    grads = npu_mhc_pre_backward(x, phi, alpha, grad_h_in, grad_h_post, grad_z, inv_rms, h_mix, h_pre, h_post,
+                                 gamma=gamma, hc_eps=cfg.hc_eps, grad_x_post=grad_x_post)
+    return tuple(grads) + (None,)
+
+
+def _take_caches(handoff, cfg, x, phi, alpha, bias, gamma, pre_mix, saved):
+    """A pre side's caches in its backward: kept (saved), recomputed by its post side's
+    backward (handed over), or, when that did not run (no grad reached x_next), recomputed
+    here."""
+    if not cfg.recompute:
+        return saved
+    if handoff.forward is not None:
+        caches, handoff.forward = handoff.forward, None
+        return caches
+    return _pre_forward(x, phi, alpha, bias, gamma, pre_mix, cfg)[1]
 
 
 class _PreSide(torch.autograd.Function):
-    """(x, phi, alpha, bias, gamma) -> (h_in, h_post, H). Keeps x, phi, alpha, gamma and,
-    without recompute, the pre caches, h_post and z_res (the Sinkhorn's backward
-    recomputes from its logits: N*N floats a token); with recompute nothing else."""
+    """(x, phi, alpha, bias, gamma, pre_mix) -> V4: (h_in, h_post, H); V4.1: (h_in, h_pre,
+    h_post, H). Keeps x, the parameters, pre_mix and, without recompute, the caches
+    (_pre_forward's: V4's z_res, from which the Sinkhorn's backward recomputes, N*N floats
+    a token); with recompute nothing else."""
 
     @staticmethod
-    def forward(ctx, x, phi, alpha, bias, gamma, handoff, cfg):
-        h_in, h_post, h, z_res, inv_rms, h_mix, h_pre = _pre_forward(x, phi, alpha, bias, gamma, cfg)
+    def forward(ctx, x, phi, alpha, bias, gamma, pre_mix, handoff, cfg):
+        outputs, caches = _pre_forward(x, phi, alpha, bias, gamma, pre_mix, cfg)
         ctx.cfg, ctx.handoff = cfg, handoff
-        ctx.h_in_shape = h_in.shape
+        ctx.h_in_shape = outputs[0].shape
         ctx.set_materialize_grads(False)
-        if cfg.recompute:
-            ctx.save_for_backward(x, phi, alpha, bias, gamma)
-        else:
-            ctx.save_for_backward(x, phi, alpha, bias, gamma, z_res, inv_rms, h_mix, h_pre, h_post)
-        return h_in, h_post, h
+        ctx.save_for_backward(x, phi, alpha, bias, gamma, pre_mix, *(() if cfg.recompute else caches))
+        return outputs
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_h_in, grad_h_post, grad_h):
+    def backward(ctx, *grads):
         cfg, handoff = ctx.cfg, ctx.handoff
         grad_x_post, handoff.grad_x = handoff.grad_x, None
         saved = ctx.saved_tensors
-        x, phi, alpha, bias, gamma = saved[:5]
-        if not cfg.recompute:
-            forward = saved[5:]
-        elif handoff.forward is not None:  # recomputed by the post side's backward
-            forward, handoff.forward = handoff.forward, None
-        else:  # the post side's backward did not run (no grad reached x_next)
-            _, h_post, _, z_res, inv_rms, h_mix, h_pre = _pre_forward(x, phi, alpha, bias, gamma, cfg)
-            forward = (z_res, inv_rms, h_mix, h_pre, h_post)
-        z_res, inv_rms, h_mix, h_pre, h_post = forward
-        f32 = torch.float32
-        if grad_h_in is None:
-            grad_h_in = torch.zeros(ctx.h_in_shape, dtype=x.dtype)
-        if grad_h_post is None:
-            grad_h_post = torch.zeros(h_post.shape, dtype=f32)
-        if grad_h is None:
-            grad_z = torch.zeros(z_res.shape, dtype=f32)
-        else:
-            grad_z = run_sinkhorn_backward(grad_h, None, None, z_res, cfg.sinkhorn_eps, cfg.num_iters)
-        grads = npu_mhc_pre_backward(x, phi, alpha, grad_h_in, grad_h_post, grad_z, inv_rms, h_mix,
-                                     h_pre, h_post, gamma=gamma, hc_eps=cfg.hc_eps,
-                                     grad_x_post=grad_x_post)
+        inputs = saved[:6]
+        caches = _take_caches(handoff, cfg, *inputs, saved[6:])
         needs = ctx.needs_input_grad
-        return tuple(g if need else None for g, need in zip(grads, needs[:5])) + (None, None)
+        result = _pre_backward(cfg, *inputs, caches, grads, grad_x_post, ctx.h_in_shape, needs)
+        return tuple(g if need else None for g, need in zip(result, needs[:6])) + (None, None)
 
 
 class _PostSide(torch.autograd.Function):
     """(x, H, h_out, h_post) -> x_next, x detached by the caller. Keeps x and h_out and,
-    without recompute, H and h_post; with recompute the parameters instead (phi, alpha,
-    bias, gamma: given only then), from which its backward recomputes the pre forward and
-    the Sinkhorn, and hands them on to the pre side's backward."""
+    without recompute, H and h_post; with recompute the pre side's inputs instead (phi,
+    alpha, bias, gamma, pre_mix: given only then), from which its backward recomputes the
+    pre forward and hands its caches on to the pre side's backward."""
 
     @staticmethod
-    def forward(ctx, x, h, h_out, h_post, phi, alpha, bias, gamma, handoff, cfg):
+    def forward(ctx, x, h, h_out, h_post, phi, alpha, bias, gamma, pre_mix, handoff, cfg):
         out = run_post_forward(x, h, h_out, h_post)
         ctx.cfg, ctx.handoff = cfg, handoff
         ctx.set_materialize_grads(False)
         if cfg.recompute:
-            ctx.save_for_backward(x, h_out, phi, alpha, bias, gamma)
+            ctx.save_for_backward(x, h_out, phi, alpha, bias, gamma, pre_mix)
         else:
             ctx.save_for_backward(x, h_out, h, h_post)
         return out
@@ -135,14 +184,14 @@ class _PostSide(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out):
-        none = (None,) * 6  # phi, alpha, bias, gamma (theirs come from the pre side), handoff, cfg
+        none = (None,) * 7  # phi, alpha, bias, gamma, pre_mix (theirs come from the pre side), handoff, cfg
         if grad_out is None:
             return (None, None, None, None) + none
         cfg, handoff = ctx.cfg, ctx.handoff
         if cfg.recompute:
-            x, h_out, phi, alpha, bias, gamma = ctx.saved_tensors
-            _, h_post, h, z_res, inv_rms, h_mix, h_pre = _pre_forward(x, phi, alpha, bias, gamma, cfg)
-            handoff.forward = (z_res, inv_rms, h_mix, h_pre, h_post)
+            x, h_out, *inputs = ctx.saved_tensors
+            outputs, handoff.forward = _pre_forward(x, *inputs, cfg)
+            h_post, h = outputs[-2:]
         else:
             x, h_out, h, h_post = ctx.saved_tensors
         grad_x, grad_h, grad_h_out, grad_h_post = run_post_backward(
@@ -162,22 +211,32 @@ class MhcBlock(MhcParameters):
             dtype if it returns another.
         gamma, hc_eps, norm_eps: MhcPre's (SPEC §2); the parameters phi [2N + N*N, N*D],
             alpha [3], bias [2N + N*N], gamma [N, D] are fp32 with MhcPre's initialisation
-            (mhc.nn.MhcParameters; alpha_init, phi_std and res_diag as MhcPre's).
+            (mhc.nn.MhcParameters; alpha_init, phi_std and res_diag as MhcPre's). gamma
+            None: True, or False with single_pass (V4.1 has none).
         num_iters, sinkhorn_eps: MhcSinkhorn's (SPEC §10).
         recompute: keep only x and the sub-layer's output (and what the sub-layer's own
-            autograd keeps) per block, and recompute MhcPre's forward and the Sinkhorn in
+            autograd keeps) per block, and recompute the pre forward and the Sinkhorn in
             the backward (the paper's §4.3.2); the gradients are bitwise those of
             recompute=False.
+        single_pass: DeepSeek-V4.1's site (SPEC §14): forward(x, pre_mix=None) ->
+            (x_next, h_pre), h_in collapsed with pre_mix [.., N] fp32 (the previous site's
+            h_pre; None at the model's first site: stream 0), h_pre this site's (the next
+            site's pre_mix). Gradients flow to pre_mix. A V4.1 model ends with
+            mhc.mhc_collapse(x, h_pre) of the last site.
 
-    Backward: MhcPostBackward (grad_x in fp32, handed unrounded to MhcPreBackward's
-    grad_x_post), the sub-layer's backward, MhcSinkhornBackward recomputing from
-    the logits, MhcPreBackward with grad_x_post = the post's grad_x. Without grad mode (or
-    with nothing requiring grad) the operators are called directly, keeping nothing.
+    Backward: MhcPostBackward (grad_x in fp32, handed unrounded to the pre backward's
+    grad_x_post), the sub-layer's backward, then MhcSinkhornBackward recomputing from
+    the logits and MhcPreBackward, or the single pass's backward (h_pre's grad as its
+    grad_h_pre). Without grad mode (or with nothing requiring grad) the operators are
+    called directly, keeping nothing.
     """
 
-    def __init__(self, n_streams, hidden, sublayer, *, gamma=True, num_iters=20, hc_eps=1e-6,
-                 norm_eps=1e-6, sinkhorn_eps=1e-6, recompute=False, alpha_init=0.01, phi_std=None,
-                 res_diag=1.0):
+    def __init__(self, n_streams, hidden, sublayer, *, gamma=None, num_iters=20, hc_eps=1e-6,
+                 norm_eps=1e-6, sinkhorn_eps=1e-6, recompute=False, single_pass=False, alpha_init=0.01,
+                 phi_std=None, res_diag=1.0):
+        single_pass = bool(single_pass)
+        if gamma is None:
+            gamma = not single_pass
         super().__init__(n_streams, hidden, branches=3, gamma=gamma, norm_eps=norm_eps, hc_eps=hc_eps,
                          alpha_init=alpha_init, phi_std=phi_std, res_diag=res_diag)
         if not isinstance(sublayer, nn.Module):
@@ -186,6 +245,7 @@ class MhcBlock(MhcParameters):
         self.num_iters = _num_iters(num_iters)
         self.sinkhorn_eps = _eps("sinkhorn_eps", sinkhorn_eps)
         self.recompute = bool(recompute)
+        self.single_pass = single_pass
 
     def run_sublayer(self, h_in, dtype):
         h_out = self.sublayer(h_in)
@@ -194,31 +254,54 @@ class MhcBlock(MhcParameters):
             raise ValueError(f"MhcBlock: the sublayer must return h_in's shape {list(h_in.shape)}, got {got}")
         return h_out if h_out.dtype == dtype else h_out.to(dtype)
 
-    def forward(self, x):
+    def forward(self, x, pre_mix=None):
         xt = self.token_view(x)
+        pm = self.pre_mix_view(x, xt, pre_mix)
         lead = x.shape[:-2]
         params = self.fp32_parameters()
         if not (torch.is_grad_enabled()
-                and any(t is not None and t.requires_grad for t in (xt,) + params)):
-            out = self._forward_direct(xt, lead, params)
-            return out if xt is x else out.view(x.shape)
-        cfg = _Config(self, xt, *params)
-        handoff = _Handoff()
-        h_in, h_post, h = _PreSide.apply(xt, *params, handoff, cfg)
-        h_out = self._sublayer_tokens(h_in, lead, xt.dtype)
-        kept = params if cfg.recompute else (None,) * 4
-        out = _PostSide.apply(xt.detach(), h, h_out, h_post, *kept, handoff, cfg)
-        return out if xt is x else out.view(x.shape)
+                and any(t is not None and t.requires_grad for t in (xt, pm) + params)):
+            out, h_pre = self._forward_direct(xt, pm, lead, params)
+        else:
+            cfg = _Config(self, xt, *params, pm)
+            handoff = _Handoff()
+            outputs = _PreSide.apply(xt, *params, pm, handoff, cfg)
+            h_post, h = outputs[-2:]
+            h_out = self._sublayer_tokens(outputs[0], lead, xt.dtype)
+            kept = params + (pm,) if cfg.recompute else (None,) * 5
+            out = _PostSide.apply(xt.detach(), h, h_out, h_post, *kept, handoff, cfg)
+            h_pre = outputs[1] if self.single_pass else None
+        out = out if xt is x else out.view(x.shape)
+        if not self.single_pass:
+            return out
+        return out, (h_pre if xt is x else h_pre.view(x.shape[:-1]))
 
-    def _forward_direct(self, xt, lead, params):
+    def pre_mix_view(self, x, xt, pre_mix):
+        """pre_mix [.., N] as the operators take it (None stays None); refused for V4."""
+        if pre_mix is None:
+            return None
+        if not self.single_pass:
+            raise ValueError("pre_mix: given to a V4 block (single_pass=False), which collapses with its own h_pre")
+        if not isinstance(pre_mix, torch.Tensor) or tuple(pre_mix.shape) != tuple(x.shape[:-1]):
+            got = list(pre_mix.shape) if isinstance(pre_mix, torch.Tensor) else type(pre_mix).__name__
+            raise ValueError(f"pre_mix: expected x's leading dims and N, {list(x.shape[:-1])}, got {got}")
+        return pre_mix if xt is x else pre_mix.reshape(xt.shape[:-1])
+
+    def _forward_direct(self, xt, pre_mix, lead, params):
         """No graph for the mHC steps (inference, or nothing of them requires grad): the
         operators without caches; the post still differentiable in h_out if the sub-layer's
-        output requires grad."""
+        output requires grad. (x_next, h_pre), h_pre None for V4."""
         phi, alpha, bias, gamma = params
-        h_in, h_post, z_res = npu_mhc_pre(xt, phi, alpha, bias, gamma=gamma, norm_eps=self.norm_eps,
-                                          hc_eps=self.hc_eps)[:3]
-        h = npu_mhc_sinkhorn(z_res, eps=self.sinkhorn_eps, num_iters=self.num_iters)[0]
-        return npu_mhc_post(xt, h, self._sublayer_tokens(h_in, lead, xt.dtype), h_post)
+        if self.single_pass:
+            h_in, h_pre, h_post, h = mhc_pre_single_pass(
+                xt, phi, alpha, bias, pre_mix, gamma=gamma, num_iters=self.num_iters, hc_eps=self.hc_eps,
+                norm_eps=self.norm_eps, sinkhorn_eps=self.sinkhorn_eps)
+        else:
+            h_in, h_post, z_res = npu_mhc_pre(xt, phi, alpha, bias, gamma=gamma, norm_eps=self.norm_eps,
+                                              hc_eps=self.hc_eps)[:3]
+            h = npu_mhc_sinkhorn(z_res, eps=self.sinkhorn_eps, num_iters=self.num_iters)[0]
+            h_pre = None
+        return npu_mhc_post(xt, h, self._sublayer_tokens(h_in, lead, xt.dtype), h_post), h_pre
 
     def _sublayer_tokens(self, h_in, lead, dtype):
         """The sub-layer on h_in with x's leading dims; its output in h_in's shape."""
@@ -228,7 +311,7 @@ class MhcBlock(MhcParameters):
 
     def extra_repr(self):
         return (super().extra_repr() + f", num_iters={self.num_iters}, sinkhorn_eps={self.sinkhorn_eps:g}, "
-                f"recompute={self.recompute}")
+                f"recompute={self.recompute}" + (", single_pass=True" if self.single_pass else ""))
 
 
 __all__ = ["MhcBlock"]

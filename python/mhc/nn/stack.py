@@ -1,0 +1,219 @@
+"""mhc.nn.MhcStack: consecutive MhcBlocks run with their boundaries fused (SPEC §15),
+forward and backward, to the same bits as the blocks run one by one.
+
+    stack = mhc.nn.MhcStack([MhcBlock(4, 512, attn), MhcBlock(4, 512, mlp), ...], head=MhcHead(4, 512))
+    h = stack(x)                               # V4: head(x_L), or x_L without a head
+
+    stack = mhc.nn.MhcStack([MhcBlock(4, 512, f, single_pass=True) for f in sublayers])
+    h = stack(x)                               # V4.1: MhcCollapse(x_L, h_pre of the last site)
+
+Between two sites one operator, MhcPostPre, does site s's MhcPost and site s+1's pre; its
+backward (MhcPostPreBackward) does site s+1's pre backward, then site s's MhcPostBackward,
+each as MhcBlock's. The autograd Functions, for L sites:
+
+    _PreSide   (block.py)  site 0's pre
+    _Boundary              site s's post and site s+1's pre, s = 0 .. L-2
+    _PostSide  (block.py)  site L-1's post
+
+with the sub-layers between them, each keeping its own autograd graph, as in MhcBlock.
+x_s reaches each post detached; the post's backward hands its grad (fp32) to the backward
+holding site s's pre (a _Handoff per site), which adds it in its own pass as
+grad_x_post. A boundary's backward runs after the next one's: it waits for the grads of
+site s+1's h_post and H, which only site s+1's post produces.
+"""
+import torch
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from .._core import run_post_pre_backward, run_post_pre_forward
+from ..ops import mhc_collapse, npu_mhc_post
+from .block import MhcBlock, _Config, _Handoff, _pre_forward, _PostSide, _PreSide, _take_caches
+
+
+class _Boundary(torch.autograd.Function):
+    """(x_s, H_s, y_s, h_post_s; site s's pre inputs (phi_s, alpha_s, bias_s, gamma_s,
+    pre_mix_s: given only with its recompute); site s+1's phi, alpha, bias, gamma, pre_mix)
+    -> (x_{s+1}, site s+1's h_in, [h_pre,] h_post, H), x_s detached by the caller and
+    x_{s+1} not differentiable (its grad comes as a handoff).
+
+    Keeps x_s, y_s, x_{s+1} and site s+1's inputs; without site s's recompute H_s and
+    h_post_s, with it site s's pre inputs, from which its backward recomputes site s's pre
+    forward (handing its caches on); without site s+1's recompute its pre caches (inv_rms,
+    h_mix, h_pre, h_post: no z_res, which the fused backward forms again from them)."""
+
+    @staticmethod
+    def forward(ctx, x, h, h_out, h_post, phi_s, alpha_s, bias_s, gamma_s, pre_mix_s, phi, alpha, bias, gamma,
+                pre_mix, handoff_s, handoff, cfg_s, cfg):
+        x_next, h_in, h_pre, h_post_next, h_next, inv_rms, h_mix = run_post_pre_forward(
+            x, h, h_out, h_post, phi, alpha, bias, pre_mix, gamma, int(cfg.single_pass), cfg.num_iters, cfg.hc_eps,
+            cfg.norm_eps, cfg.sinkhorn_eps)
+        ctx.cfgs, ctx.handoffs = (cfg_s, cfg), (handoff_s, handoff)
+        ctx.h_in_shape = h_in.shape
+        ctx.set_materialize_grads(False)
+        ctx.mark_non_differentiable(x_next)
+        post = (phi_s, alpha_s, bias_s, gamma_s, pre_mix_s) if cfg_s.recompute else (h, h_post)
+        caches = () if cfg.recompute else (inv_rms, h_mix, h_pre, h_post_next)
+        ctx.save_for_backward(x, h_out, x_next, phi, alpha, bias, gamma, pre_mix, *post, *caches)
+        if cfg.single_pass:
+            return x_next, h_in, h_pre, h_post_next, h_next
+        return x_next, h_in, h_post_next, h_next
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, _, *grads):
+        (cfg_s, cfg), (handoff_s, handoff) = ctx.cfgs, ctx.handoffs
+        needs = ctx.needs_input_grad
+        saved = ctx.saved_tensors
+        grad_x_next, handoff.grad_x = handoff.grad_x, None
+        if grad_x_next is None and all(g is None for g in grads):
+            handoff.forward = None
+            return (None,) * len(needs)
+        x, h_out, x_next = saved[:3]
+        inputs = saved[3:8]  # site s+1's phi, alpha, bias, gamma, pre_mix
+        if cfg_s.recompute:
+            outputs, handoff_s.forward = _pre_forward(x, *saved[8:13], cfg_s)
+            h_post, h = outputs[-2:]
+            saved_caches = saved[13:]
+        else:
+            h, h_post = saved[8:10]
+            saved_caches = saved[10:]
+        caches = _take_caches(handoff, cfg, x_next, *inputs, saved_caches)
+        inv_rms, h_mix, h_pre, h_post_next = caches[-4:]
+        if cfg.single_pass:
+            grad_h_in, grad_h_pre, grad_h_post, grad_h = grads
+        else:
+            (grad_h_in, grad_h_post, grad_h), grad_h_pre = grads, None
+        f32 = torch.float32
+        if grad_h_in is None:
+            grad_h_in = torch.zeros(ctx.h_in_shape, dtype=x.dtype)
+        if grad_h_post is None:
+            grad_h_post = torch.zeros(h_post_next.shape, dtype=f32)
+        if grad_h is None:
+            grad_h = torch.zeros(h_post_next.shape + h_post_next.shape[-1:], dtype=f32)
+        phi, alpha, bias, gamma, pre_mix = inputs
+        (grad_x, grad_h_s, grad_h_out, grad_h_post_s, grad_pre_mix, grad_phi, grad_alpha, grad_bias,
+         grad_gamma) = run_post_pre_backward(
+            x, h, h_out, h_post, phi, alpha, bias, pre_mix, gamma, x_next, grad_x_next, grad_h_in, grad_h_pre,
+            grad_h_post, grad_h, inv_rms, h_mix, h_pre, h_post_next, int(cfg.single_pass), cfg.num_iters, cfg.hc_eps,
+            cfg.norm_eps, cfg.sinkhorn_eps, grad_x_dtype=f32, with_grad_h_res=needs[1],
+            with_grad_pre_mix=needs[13])
+        handoff_s.grad_x = grad_x
+        grads = (None, grad_h_s, grad_h_out, grad_h_post_s) + (None,) * 5 + (
+            grad_phi, grad_alpha, grad_bias, grad_gamma, grad_pre_mix)
+        return tuple(g if need else None for g, need in zip(grads, needs)) + (None,) * 4
+
+
+class MhcStack(nn.Module):
+    """Consecutive MhcBlocks, all V4 or all V4.1 (single_pass), run as one: the forward
+    fuses each boundary (MhcPostPre: site s's MhcPost and site s+1's pre, SPEC §15), the
+    backward runs each site's as MhcBlock's, so the output and every gradient are bitwise
+    those of the blocks called one by one.
+
+    Args:
+        blocks: MhcBlock instances (not subclasses that override forward), one N and D,
+            all with single_pass or all without (else ValueError); each keeps its own
+            options, recompute included. Held as children "0", "1", ..., so the state_dict
+            reads like an nn.ModuleList of them; len(), iteration and indexing are the
+            blocks'.
+        head: V4 only (ValueError for V4.1): a module applied to x_L, e.g. mhc.nn.MhcHead;
+            None returns x_L.
+
+    forward(x [.., N, D]) -> V4: head(x_L) or x_L; V4.1: mhc.mhc_collapse(x_L, h_pre of
+    the last site) [.., D] (the first site collapses stream 0). Without grad mode (or with
+    nothing in the stack and x requiring grad) the operators run without caches.
+    """
+
+    def __init__(self, blocks, head=None):
+        super().__init__()
+        blocks = list(blocks)
+        if not blocks:
+            raise ValueError("MhcStack: expected at least one MhcBlock")
+        for i, block in enumerate(blocks):
+            if not isinstance(block, MhcBlock) or type(block).forward is not MhcBlock.forward:
+                raise TypeError(f"blocks[{i}]: expected an mhc.nn.MhcBlock, got {type(block).__name__}")
+        first = blocks[0]
+        for i, block in enumerate(blocks):
+            if block.single_pass != first.single_pass:
+                raise ValueError(f"blocks[{i}]: single_pass={block.single_pass} among blocks[0]'s "
+                                 f"{first.single_pass}: a stack is all V4 or all V4.1")
+            if (block.n_streams, block.hidden) != (first.n_streams, first.hidden):
+                raise ValueError(f"blocks[{i}]: n_streams, hidden = {block.n_streams}, {block.hidden}, "
+                                 f"blocks[0]'s {first.n_streams}, {first.hidden}")
+        if head is not None and first.single_pass:
+            raise ValueError("head: a V4.1 stack (single_pass) ends with MhcCollapse by the last site's h_pre, "
+                             "not a head")
+        if head is not None and not isinstance(head, nn.Module):
+            raise TypeError(f"head: expected a torch.nn.Module or None, got {type(head).__name__}")
+        for i, block in enumerate(blocks):
+            self.add_module(str(i), block)
+        self.head = head
+        self.single_pass = first.single_pass
+        self.n_streams, self.hidden = first.n_streams, first.hidden
+
+    def __len__(self):
+        return sum(1 for name in self._modules if name.isdigit())
+
+    def __iter__(self):
+        return (self._modules[str(i)] for i in range(len(self)))
+
+    def __getitem__(self, i):
+        return list(self)[i]
+
+    def forward(self, x):
+        blocks = list(self)
+        xt = blocks[0].token_view(x)
+        lead = x.shape[:-2]
+        params = [b.fp32_parameters() for b in blocks]
+        if not (torch.is_grad_enabled() and (xt.requires_grad or any(p.requires_grad for p in self.parameters()))):
+            x_last, h_pre = self._forward_direct(blocks, xt, lead, params)
+        else:
+            x_last, h_pre = self._forward_graph(blocks, xt, lead, params)
+        if self.single_pass:
+            h = mhc_collapse(x_last, h_pre)
+            return h if xt is x else h.view(lead + (self.hidden,))
+        x_last = x_last if xt is x else x_last.view(x.shape)
+        return x_last if self.head is None else self.head(x_last)
+
+    def _forward_graph(self, blocks, xt, lead, params):
+        """The Functions of the module docstring: (x_L, the last site's h_pre or None)."""
+        cfgs = [_Config(b, xt, *p) for b, p in zip(blocks, params)]
+        handoffs = [_Handoff() for _ in blocks]
+        outputs = _PreSide.apply(xt, *params[0], None, handoffs[0], cfgs[0])
+        x, pre_mix = xt.detach(), None
+        for s in range(len(blocks) - 1):
+            h_post, h = outputs[-2:]
+            h_out = blocks[s]._sublayer_tokens(outputs[0], lead, xt.dtype)
+            own = params[s] + (pre_mix,) if cfgs[s].recompute else (None,) * 5
+            pre_mix = outputs[1] if self.single_pass else None
+            x, *outputs = _Boundary.apply(x, h, h_out, h_post, *own, *params[s + 1], pre_mix, handoffs[s],
+                                          handoffs[s + 1], cfgs[s], cfgs[s + 1])
+        h_post, h = outputs[-2:]
+        h_out = blocks[-1]._sublayer_tokens(outputs[0], lead, xt.dtype)
+        own = params[-1] + (pre_mix,) if cfgs[-1].recompute else (None,) * 5
+        x_last = _PostSide.apply(x, h, h_out, h_post, *own, handoffs[-1], cfgs[-1])
+        return x_last, (outputs[1] if self.single_pass else None)
+
+    def _forward_direct(self, blocks, xt, lead, params):
+        """No graph: site 0's pre, MhcPostPre per boundary, the last MhcPost; nothing kept."""
+        cfgs = [_Config(b, xt, *p) for b, p in zip(blocks, params)]
+        outputs = _pre_forward(xt, *params[0], None, cfgs[0])[0]
+        x = xt
+        for s in range(len(blocks) - 1):
+            h_post, h = outputs[-2:]
+            h_out = blocks[s]._sublayer_tokens(outputs[0], lead, xt.dtype)
+            pre_mix = outputs[1] if self.single_pass else None
+            cfg = cfgs[s + 1]
+            phi, alpha, bias, gamma = params[s + 1]
+            x, h_in, h_pre, h_post, h = run_post_pre_forward(
+                x, h, h_out, h_post, phi, alpha, bias, pre_mix, gamma, int(cfg.single_pass), cfg.num_iters, cfg.hc_eps,
+                cfg.norm_eps, cfg.sinkhorn_eps)[:5]
+            outputs = (h_in, h_pre, h_post, h) if self.single_pass else (h_in, h_post, h)
+        h_post, h = outputs[-2:]
+        h_out = blocks[-1]._sublayer_tokens(outputs[0], lead, xt.dtype)
+        return npu_mhc_post(x, h, h_out, h_post), (outputs[1] if self.single_pass else None)
+
+    def extra_repr(self):
+        return f"{len(self)} sites, {'V4.1 (single_pass)' if self.single_pass else 'V4'}"
+
+
+__all__ = ["MhcStack"]
