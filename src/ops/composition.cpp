@@ -34,7 +34,8 @@ Status check_residual_rows(const TensorView& x, const TensorView& phi, const cha
   const int64_t N = x.shape[x.rank - 2];
   if (N < 1 || N > (int64_t(1) << 20)) return {};  // the pre block's checks name such x
   const int64_t R = N * N, permutations = factorial_saturated(N);
-  if (permutations != R && phi.shape[0] - 2 * N == permutations)  // N = 1: the two forms are one
+  // N = 1: the two forms are one; a negative F is the pre block's checks' to name
+  if (permutations != R && phi.shape[0] >= 0 && phi.shape[0] - 2 * N == permutations)
     return shape_error("phi", "[F,N*D] with F = 2N+N*N = " + std::to_string(2 * N + R) + " (" + whose +
                                   " Sinkhorn takes N*N residual logits)",
                        phi);

@@ -61,6 +61,12 @@ inline Expectation normwise(std::vector<double> want, double bound) {
   e.want = std::move(want), e.normwise = {bound};
   return e;
 }
+// |got[i] − want[i]| <= relative · magnitude[i]: a sum whose terms may cancel far below
+// their magnitude Σ|terms| (grad_alpha), whose rounding scales with the magnitude.
+inline Expectation within_magnitude(std::vector<double> want, std::vector<double> magnitude, double relative) {
+  for (double& m : magnitude) m *= relative;
+  return elementwise(std::move(want), std::move(magnitude));
+}
 using Expectations = std::map<std::string, Expectation>;
 
 // The worst error / bound of each output over every run, and what failed.

@@ -211,7 +211,7 @@ class PreBackwardDriver {
     const auto g = mhc::kernels::reference::backward(in);
     return {{"grad_x", within_terms(g.grad_x, grad_x_magnitudes(in), c.dtype)},
             {"grad_phi", normwise(g.grad_phi, kPreNormwise)},
-            {"grad_alpha", normwise(g.grad_alpha, kPreNormwise)},
+            {"grad_alpha", within_magnitude(g.grad_alpha, g.grad_alpha_magnitude, kPreNormwise)},
             {"grad_bias", normwise(g.grad_bias, kPreNormwise)},
             {"grad_gamma", normwise(g.grad_gamma, kPreNormwise)}};
   }

@@ -10,6 +10,7 @@
 
 #include "driver/post.hpp"
 #include "driver/pre.hpp"
+#include "driver/pre_single_pass.hpp"
 #include "driver/pre_sinkhorn.hpp"
 #include "driver/sinkhorn.hpp"
 #include "fuzz_common.hpp"
@@ -50,7 +51,7 @@ void check(const Driver& driver, const Problem& p, const std::string& what) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Bytes in(data, size);
   namespace driver = mhc_test::driver;
-  switch (in.pick(5)) {
+  switch (in.pick(7)) {
     case 0:
     case 1: {  // MhcPre forward or backward
       mhc_test::Config c;
@@ -97,7 +98,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       check(driver::PostDriver(), c, "MhcPost");
       break;
     }
-    default: {  // MhcPreSinkhorn and its backward (bf16 / fp16 / fp32 x)
+    case 4: {  // MhcPreSinkhorn and its backward (bf16 / fp16 / fp32 x)
       mhc_test::layer::FCase c;
       tokens_of(in, c);
       c.N = 1 + int64_t(in.pick(8));
@@ -110,6 +111,35 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       c.hc_eps = in.chance(64) ? 1e-3 : 1e-6;
       c.seed = in.u64();
       check(driver::PreSinkhornDriver(), c, "MhcPreSinkhorn");
+      break;
+    }
+    case 5: {  // MhcPreSinglePass and its backward (SPEC §14)
+      mhc_test::single_pass::SCase c;
+      tokens_of(in, c);
+      c.N = 1 + int64_t(in.pick(8));
+      c.D = 1 + int64_t(in.pick(64));
+      c.dtype = dtype_of(in);
+      c.I = 1 + int64_t(in.pick(20));
+      c.gamma = in.flag();
+      c.first_site = in.flag();
+      c.grad_h_pre = !in.flag();
+      c.grad_x_post = in.flag();
+      c.flat = in.flag();
+      c.hc_eps = in.chance(64) ? 1e-3 : 1e-6;
+      c.norm_eps = in.chance(64) ? 1e-3 : 1e-6;
+      c.sinkhorn_eps = in.chance(64) ? 0.0 : in.chance(64) ? 0.05 : c.hc_eps;
+      c.seed = in.u64();
+      check(driver::PreSinglePassDriver(), c, "MhcPreSinglePass");
+      break;
+    }
+    default: {  // MhcCollapse and its backward
+      mhc_test::driver::CollapseCase c;
+      tokens_of(in, c);
+      c.N = 1 + int64_t(in.pick(8));
+      c.D = 1 + int64_t(in.pick(64));
+      c.dtype = dtype_of(in);
+      c.seed = in.u64();
+      check(driver::CollapseDriver(), c, "MhcCollapse");
       break;
     }
   }

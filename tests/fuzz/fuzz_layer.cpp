@@ -1,5 +1,6 @@
 // The layer's fuzz targets (fuzz_layer.hpp): generation, the calls through both
-// faces and the operator layer, the oracles.
+// faces and the operator layer, the oracles (the V4.1 operators' parts in
+// fuzz_layer_v41.cpp).
 #include "fuzz_layer.hpp"
 
 #include <algorithm>
@@ -22,43 +23,35 @@
 #include "ops/sinkhorn/sinkhorn.hpp"
 
 namespace mhc_fuzz {
-namespace {
 
-using mhc::TensorView;
-
-struct LayerProblem {
-  LayerOp op = LayerOp::sinkhorn;
-  bool backward = false;
-  bool bsnd = false;
-  int64_t B = 1, S = 3, N = 4, D = 8;
-  int64_t I = 3;
-  int64_t pitch = 4;
-  bool caches = true;      // Sinkhorn / fused caches given
-  bool from_z = false;     // the Sinkhorn backward from z
-  bool h_res = true;       // post: h_res given
-  bool grad_h_res = true;  // post backward: grad_h_res asked for
-  bool flat = false;       // fused: h_res, grad_h_res as [.., N*N]
-  mhc::DType x_dtype = mhc::DType::bf16;
-  int32_t grad_x_dtype = MHC_BF16;
-  double eps = 1e-6, hc_eps = 1e-6, norm_eps = 1e-6;
-  int threads = 0;
-  mhc::Isa isa = mhc::Isa::automatic;
-  int64_t T() const { return B * S; }
-  int64_t K() const { return N * D; }
-  int64_t F() const { return 2 * N + N * N; }
-  const char* name() const {
-    static const char* names[3][2] = {{"sinkhorn_forward", "sinkhorn_backward"},
-                                      {"post_forward", "post_backward"},
-                                      {"pre_sinkhorn_forward", "pre_sinkhorn_backward"}};
-    return names[int(op)][backward];
-  }
-};
+namespace layer {
 
 std::vector<int64_t> tokens(const LayerProblem& p, std::initializer_list<int64_t> inner) {
   std::vector<int64_t> s = p.bsnd ? std::vector<int64_t>{p.B, p.S} : std::vector<int64_t>{p.T()};
   s.insert(s.end(), inner.begin(), inner.end());
   return s;
 }
+
+mhc::TensorView Views::req(const char* name) const {
+  const Tensor* t = c.find(name);
+  return t->present ? view_of(*t, base) : mhc::TensorView{};
+}
+
+std::optional<mhc::TensorView> Views::opt(const char* name) const {
+  const Tensor* t = c.find(name);
+  if (!t->present) return std::nullopt;
+  return view_of(*t, base);
+}
+
+}  // namespace layer
+
+namespace {
+
+using layer::LayerProblem;
+using layer::tokens;
+using layer::Views;
+using mhc::TensorView;
+
 std::vector<int64_t> cache_shape(const LayerProblem& p, bool matrix) {
   std::vector<int64_t> s{2 * std::max<int64_t>(p.I, 1)};
   const std::vector<int64_t> t = tokens(p, {});
@@ -92,6 +85,12 @@ LayerProblem generate_problem(Bytes& in, LayerOp op) {
   p.h_res = !(flags & 4);
   p.grad_h_res = !(flags & 8);
   p.flat = flags & 16;
+  // The single pass: the first site (no pre_mix), gamma, the backward's optional tensors.
+  p.pre_mix = !(flags & 1);
+  p.gamma = flags & 2;
+  p.grad_h_pre = !(flags & 4);
+  p.grad_x_post = flags & 8;
+  p.grad_pre_mix = p.pre_mix != bool(flags & 32);  // asked for without pre_mix: rejected
   static const mhc::DType types[] = {mhc::DType::bf16, mhc::DType::fp16, mhc::DType::fp32};
   p.x_dtype = types[in.pick(3)];
   p.grad_x_dtype = in.chance(64) ? MHC_FP32 : int32_t(p.x_dtype);
@@ -123,6 +122,9 @@ LayerProblem generate_problem(Bytes& in, LayerOp op) {
       case LayerOp::pre_sinkhorn:
         return T * p.K() > (1 << 13) || p.F() * p.K() > (1 << 14) || T * N * N * steps > (1 << 16) ||
                2 * steps * T * N * p.pitch > (1 << 17);
+      case LayerOp::single_pass:
+        return T * p.K() > (1 << 13) || p.F() * p.K() > (1 << 14) || T * N * N * steps > (1 << 16);
+      case LayerOp::collapse: return T * N * p.D > (1 << 14);
     }
     return false;
   };
@@ -137,6 +139,8 @@ std::vector<Slot> slots_of(const LayerProblem& p) {
   const int64_t N = p.N, D = p.D, F = p.F(), K = p.K();
   const std::vector<int64_t> mat = tokens(p, {N, N}), res = p.flat ? tokens(p, {N * N}) : mat;
   switch (p.op) {
+    case LayerOp::single_pass:
+    case LayerOp::collapse: return layer::v41_slots(p);
     case LayerOp::sinkhorn:
       if (!p.backward)
         return {{"z", false, true, f32, mat, true},
@@ -200,20 +204,6 @@ std::vector<Slot> slots_of(const LayerProblem& p) {
 
 // ------------------------------------------------------------------ the calls
 
-struct Views {
-  Case& c;
-  uint8_t* base;
-  TensorView req(const char* name) const {  // a required C++ argument "absent": an empty view
-    const Tensor* t = c.find(name);
-    return t->present ? view_of(*t, base) : TensorView{};
-  }
-  std::optional<TensorView> opt(const char* name) const {
-    const Tensor* t = c.find(name);
-    if (!t->present) return std::nullopt;
-    return view_of(*t, base);
-  }
-};
-
 mhc::Options options_of(const LayerProblem& p) {
   mhc::Options o;
   o.hc_eps = p.hc_eps;
@@ -263,6 +253,8 @@ mhc::Status call_cpp(Case& c, const LayerProblem& p, uint8_t* base, const mhc::O
     case LayerOp::pre_sinkhorn:
       return p.backward ? mhc::pre_sinkhorn_backward(qb_in(v), qb_out(v), o)
                         : mhc::pre_sinkhorn_forward(qf_in(v, p), qf_out(v), o);
+    case LayerOp::single_pass:
+    case LayerOp::collapse: return layer::v41_call_cpp(c, p, base, o);
   }
   return {};
 }
@@ -306,6 +298,8 @@ mhc::Status validate(Case& c, const LayerProblem& p, uint8_t* base, const mhc::O
         if (s.ok() && size) bytes = mhc::ops::pre_sinkhorn::forward_workspace_bytes(q, o.num_threads);
       }
       break;
+    case LayerOp::single_pass:
+    case LayerOp::collapse: return layer::v41_validate(c, p, base, o, size);
   }
   (void)bytes;
   return s;
@@ -333,10 +327,13 @@ int call_c(Case& c, const LayerProblem& p, uint8_t* base, const mhc::Options& o,
   };
   mhc_options opt = mhc_default_options();
   opt.norm_eps = o.norm_eps, opt.hc_eps = o.hc_eps, opt.num_threads = o.num_threads, opt.isa = int32_t(o.isa);
-  static const char* const kOperators[] = {"sinkhorn_forward",     "sinkhorn_backward",    "post_forward",
-                                           "post_backward",        "pre_sinkhorn_forward", "pre_sinkhorn_backward"};
+  static const char* const kOperators[] = {"sinkhorn_forward",        "sinkhorn_backward",
+                                           "post_forward",            "post_backward",
+                                           "pre_sinkhorn_forward",    "pre_sinkhorn_backward",
+                                           "pre_single_pass_forward", "pre_single_pass_backward",
+                                           "collapse_forward",        "collapse_backward"};
   return mhc_test::call_described(
-      kOperators[size_t(int(p.op) * 2 + p.backward)], at, [&](const char*) { return p.eps; },
+      kOperators[size_t(int(p.op) * 2 + p.backward)], at, [&](const char*) { return p.eps; },  // eps, sinkhorn_eps
       [&](const char*) { return p.I; }, &opt, required_null);
 }
 
@@ -475,7 +472,9 @@ void check_accepted(Case& c, const LayerProblem& p, const Arena& arena, const mh
       unfused_chain(c, p, copy.data(), o);
       compare_outputs(c, p, arena.base, copy.data(), arena, "the unfused chain's");
     }
-  } else {
+  } else if (p.op == LayerOp::single_pass) {
+    if (!resolves_to_reference(o)) layer::v41_check_first_site(c, p, arena.base, o);
+  } else {  // MhcSinkhorn, MhcPost, MhcCollapse: every family gives the reference family's bits
     mhc::Options ref = o;
     ref.isa = mhc::Isa::reference;
     ref.num_threads = 1;
@@ -512,6 +511,8 @@ void run_layer_target(const uint8_t* data, size_t size, LayerOp op) {
   c.problem.norm_eps = p.norm_eps, c.problem.hc_eps = p.hc_eps, c.problem.threads = p.threads;
   lay_out(in, c, slots_of(p), p.bsnd);
   describe(c);
+  describe_more(std::string(p.name()) + ": eps " + std::to_string(p.eps) + ", num_iters " + std::to_string(p.I) +
+                ", isa " + std::to_string(int(p.isa)));
   const bool via_c = in.chance(64);
   const bool rerun = !in.chance(96);
   Arena arena(c);

@@ -22,6 +22,7 @@ BackwardOutputs64 backward(const BackwardInputs64& in) {
   out.grad_x_magnitude.assign(T * K, 0.0);
   out.grad_phi.assign(F * K, 0.0);  // sum_t G_t v_t^T, times gamma at the end (HF32: of the rounded operands)
   out.grad_alpha.assign(size_t(entries), 0.0);
+  out.grad_alpha_magnitude.assign(size_t(entries), 0.0);
   out.grad_bias.assign(F, 0.0);
   out.grad_gamma.assign(K, 0.0);
   const bool single_pass = !in.grad_h_pre.empty();
@@ -60,6 +61,7 @@ BackwardOutputs64 backward(const BackwardInputs64& in) {
       g_r += gw * m[f];
       out.grad_bias[f] += gz[f];
       out.grad_alpha[branch_of(f)] += gz[f] * r * m[f];
+      out.grad_alpha_magnitude[branch_of(f)] += std::abs(gz[f] * r * m[f]);
     }
     const double c = -r * r * r * g_r / double(K);
 

@@ -48,6 +48,9 @@ struct BackwardInputs64 {
 struct BackwardOutputs64 {
   std::vector<double> grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma;  // grad_gamma always [K]
   std::vector<double> grad_pre_mix;  // [T,N] sum_d v grad_h_in (with grad_h_pre given)
+  // [entries] sum_t sum_f |gz w| over each branch: the scale of grad_alpha's rounding
+  // (its terms may cancel to far below it)
+  std::vector<double> grad_alpha_magnitude;
   // [T,K] |w grad_h_in| (w: h_pre or pre_mix) + |gamma gu| + |c v| + |grad_x_post|: the scale of grad_x's rounding
   std::vector<double> grad_x_magnitude;
 };
