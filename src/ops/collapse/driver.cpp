@@ -61,10 +61,8 @@ Status run(const Problem& original, bool forward, void* workspace, size_t bytes,
   return {};
 }
 
-const void* element(const core::Strided& s, DType dtype, int64_t offset) {
-  return static_cast<const char*>(s.data) + offset * core::element_size(dtype);
-}
-void* element(const core::Strided& s, DType dtype, int64_t offset, bool) {
+// Element `offset` of a tensor in x's dtype (an input's converts to const void*).
+void* element(const core::Strided& s, DType dtype, int64_t offset) {
   return static_cast<char*>(s.data) + offset * core::element_size(dtype);
 }
 
@@ -81,7 +79,7 @@ Status run_forward(const Problem& problem, void* workspace, size_t bytes, int nu
     const auto h = stream_rows<void>(p.h);
     const auto w = token_rows<const float>(p.pre_mix);
     kernels::collapse_token(element(p.x, p.x_dtype, x.at(t, 0)), x.stream_stride, p.x_dtype, w.at(t), p.dims.N,
-                            p.dims.D, element(p.h, p.x_dtype, h.at(t, 0), true), scratch);
+                            p.dims.D, element(p.h, p.x_dtype, h.at(t, 0)), scratch);
   });
 }
 
@@ -93,7 +91,7 @@ Status run_backward(const Problem& problem, void* workspace, size_t bytes, int n
     kernels::collapse_backward_token(element(p.grad_h, p.x_dtype, grad_h.at(t, 0)),
                                      element(p.x, p.x_dtype, x.at(t, 0)), x.stream_stride, p.x_dtype,
                                      token_rows<const float>(p.pre_mix).at(t), p.dims.N, p.dims.D,
-                                     element(p.grad_x, p.x_dtype, grad_x.at(t, 0), true), grad_x.stream_stride,
+                                     element(p.grad_x, p.x_dtype, grad_x.at(t, 0)), grad_x.stream_stride,
                                      token_rows<float>(p.grad_pre_mix).at(t), scratch);
   });
 }
