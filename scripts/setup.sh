@@ -4,6 +4,7 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ clang googletest libgtest-dev libbenchmark-dev libhwy-dev
           python3-torch python3-numpy python3-pytest python3-matplotlib libopenblas0-pthread
+          libtorch-dev  # libmhc_torch.so: the engines' ops registered with torch from C++
           python3-venv python3-pip python3-setuptools python3-wheel  # pip install . (tests/install)
           libclang-rt-14-dev  # libFuzzer and clang's sanitizer runtimes (scripts/hardening.sh)
           fortunes)  # examples/train_tiny.py --corpus fortunes

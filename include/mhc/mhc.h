@@ -186,6 +186,10 @@ MHC_API int mhc_post_pre_backward(
     const mhc_tensor *grad_alpha, const mhc_tensor *grad_bias, const mhc_tensor *grad_gamma /* iff gamma */,
     const mhc_options *options /* nullable: defaults */);
 
+/* MhcRmsNorm (SPEC §16): the engines' RMSNorm of h_in; weight in x's dtype or fp32. */
+MHC_API int mhc_rms_norm_forward(const mhc_tensor *x, const mhc_tensor *weight, double eps, const mhc_tensor *y,
+                                 const mhc_options *options /* nullable: defaults */);
+
 /* What each operator function above takes, in order, for bindings that build their
    prototypes at run time (the Python package does); made from the same description
    (src/description/operators.def) as the functions themselves. */

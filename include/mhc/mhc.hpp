@@ -367,6 +367,20 @@ struct PostPreBackwardOutputs {
 MHC_API Status post_pre_backward(const PostPreBackwardInputs& in, const PostPreBackwardOutputs& out,
                                  const Options& options = {});
 
+// MhcRmsNorm (SPEC §16): the RMSNorm an engine fuses into h_in's write, per token
+// y[d] = rne((x[d] * 1/sqrt(ms + eps)) * weight[d]), ms = (sum_d x[d]^2) / D in fp32 in
+// an order that depends on D only.
+struct RmsNormForwardInputs {
+  TensorView x;       // [.., D] bf16, fp16 or fp32
+  TensorView weight;  // [D], x's dtype or fp32
+  double eps = 1e-6;
+};
+struct RmsNormForwardOutputs {
+  TensorView y;  // [.., D], x's dtype
+};
+MHC_API Status rms_norm_forward(const RmsNormForwardInputs& in, const RmsNormForwardOutputs& out,
+                                const Options& options = {});
+
 // The process default family's name ("amx", "avx512", "avx2", "sve2", "sve", "neon", "portable", "reference").
 MHC_API const char* isa();
 // Sets the process default; Isa::automatic goes back to MHC_ISA or the best. A family

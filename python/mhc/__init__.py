@@ -51,7 +51,7 @@ from . import _lib
 from ._core import available_isas, isa, set_isa
 from .autograd import (MhcCollapseFunction, MhcPostFunction, MhcPostPreFunction, MhcPreFunction,
                        MhcPreSinglePassFunction, MhcPreSinkhornFunction, MhcSinkhornFunction, mhc_head, mhc_pre)
-from .ops import (get_num_threads, mhc_collapse, mhc_post_pre, mhc_pre_single_pass, mhc_pre_sinkhorn,
+from .ops import (get_num_threads, mhc_collapse, mhc_post_pre, mhc_pre_single_pass, mhc_pre_sinkhorn, mhc_rms_norm,
                   mhc_pre_sinkhorn_backward, npu_mhc_post, npu_mhc_post_backward, npu_mhc_pre,
                   npu_mhc_pre_backward, npu_mhc_sinkhorn, npu_mhc_sinkhorn_backward, set_num_threads)
 from ._output_cache import get_output_cache, set_output_cache
@@ -66,7 +66,7 @@ __all__ = [
     "npu_mhc_post", "npu_mhc_post_backward", "MhcPostFunction",
     "mhc_pre_sinkhorn", "mhc_pre_sinkhorn_backward", "MhcPreSinkhornFunction",
     "mhc_pre_single_pass", "MhcPreSinglePassFunction", "mhc_collapse", "MhcCollapseFunction",
-    "mhc_post_pre", "MhcPostPreFunction",
+    "mhc_post_pre", "MhcPostPreFunction", "mhc_rms_norm",
     "set_num_threads", "get_num_threads", "set_output_cache", "get_output_cache",
     "set_isa", "isa", "available_isas", "register_npu_namespace", "__version__",
 ]

@@ -4,7 +4,7 @@ checked arguments (and the backwards on checked arguments that the autograd rule
 call), and the backwards torch_npu / CANN expose as functions
 (npu_mhc_pre_backward, npu_mhc_sinkhorn_backward, npu_mhc_post_backward,
 mhc_pre_sinkhorn_backward), and mhc_post_pre_backward. ops.py (the npu_* forwards,
-mhc_pre_sinkhorn, mhc_pre_single_pass, mhc_collapse, mhc_post_pre) and autograd.py (their
+mhc_pre_sinkhorn, mhc_pre_single_pass, mhc_collapse, mhc_post_pre, mhc_rms_norm) and autograd.py (their
 autograd.Functions) are built on this module; it imports neither.
 
 Inputs are handed to the C library as views with their real strides (no copies);
@@ -722,6 +722,23 @@ def run_collapse_forward(x, pre_mix):
         return h
     _call("collapse_forward", _options(None, 1e-6), x=x, pre_mix=pre_mix, h=h)
     return h
+
+
+def run_rms_norm(x, weight, eps):
+    """The library's MhcRmsNorm (SPEC §16) after the Python-side checks: y [.., D] in x's
+    dtype. x [B,S,D] or [T,D]; weight [D] in x's dtype or fp32."""
+    _check("x", x)
+    _check("weight", weight)
+    _eps("eps", eps)
+    empty, shape_only = _allocator(x=x, weight=weight)
+    if x.dim() not in (2, 3):
+        raise ValueError(f"x: expected shape [B,S,D] or [T,D], got {list(x.shape)}")
+    _check_limit("x", "T*D", x.numel(), _dims(x.shape))
+    y = empty(tuple(x.shape), x.dtype)
+    if shape_only:
+        return y
+    _call("rms_norm_forward", _options(None, 1e-6), x=x, weight=weight, eps=eps, y=y)
+    return y
 
 
 def run_collapse_backward(grad_h, x, pre_mix):

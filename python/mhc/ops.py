@@ -16,8 +16,8 @@ from ._core import (check_collapse_args, check_post_args, check_post_pre_args, c
                     check_pre_single_pass_args, check_pre_sinkhorn_args, check_sinkhorn_args, get_num_threads,
                     mhc_pre_sinkhorn_backward, npu_mhc_post_backward, npu_mhc_pre_backward,
                     npu_mhc_sinkhorn_backward, run_collapse_forward, run_post_forward, run_post_pre_forward,
-                    run_pre_forward, run_pre_single_pass_forward, run_pre_sinkhorn_forward, run_sinkhorn_forward,
-                    set_num_threads)
+                    run_pre_forward, run_pre_single_pass_forward, run_pre_sinkhorn_forward, run_rms_norm,
+                    run_sinkhorn_forward, set_num_threads)
 from .autograd import (MhcCollapseFunction, MhcPostFunction, MhcPostPreFunction, MhcPreFunction,
                        MhcPreSinglePassFunction, MhcPreSinkhornFunction, MhcSinkhornFunction)
 
@@ -158,6 +158,18 @@ def mhc_collapse(x, pre_mix):
     return run_collapse_forward(x, pre_mix)
 
 
+def mhc_rms_norm(x, weight, eps=1e-6):
+    """MhcRmsNorm (SPEC §16), the next sub-layer's RMSNorm an engine fuses into h_in's
+    write: per token y[d] = rne((x[d]·1/sqrt(ms + eps))·weight[d]) with ms = (Σ_d x[d]²)/D
+    in fp32, summed in an order that depends on D only (a token's y never depends on its
+    batch). x [B,S,D] or [T,D] (bf16, fp16 or fp32), weight [D] in x's dtype or fp32; y like
+    x. Inference only: no backward (a call that autograd would record raises)."""
+    if _builds_graph(x, weight):
+        raise RuntimeError("mhc_rms_norm: no backward (an inference operator); call it under torch.no_grad() "
+                           "or on tensors that do not require grad")
+    return run_rms_norm(x, weight, eps)
+
+
 def mhc_post_pre(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix=None, *, single_pass=False, gamma=None,
                  num_iters=20, hc_eps=1e-6, norm_eps=1e-6, sinkhorn_eps=None):
     """MhcPostPre (SPEC §15), the layer boundary fused: MhcPost of site s, then site s+1's
@@ -199,4 +211,4 @@ def mhc_post_pre(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix=None, *, sin
 
 __all__ = ["npu_mhc_pre", "npu_mhc_pre_backward", "npu_mhc_sinkhorn", "npu_mhc_sinkhorn_backward",
            "npu_mhc_post", "npu_mhc_post_backward", "mhc_pre_sinkhorn", "mhc_pre_sinkhorn_backward",
-           "mhc_pre_single_pass", "mhc_collapse", "mhc_post_pre", "set_num_threads", "get_num_threads"]
+           "mhc_pre_single_pass", "mhc_collapse", "mhc_post_pre", "mhc_rms_norm", "set_num_threads", "get_num_threads"]

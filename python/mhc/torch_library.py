@@ -1,6 +1,7 @@
 """The operators registered with torch's dispatcher: torch.ops.mhc.<name>, with the
 schemas of SPEC §8 and §10-§12 (torch_npu's names and CANN's cann_ops_transformer pair),
-mhc_head, SPEC §14's mhc_pre_single_pass and mhc_collapse, and SPEC §15's mhc_post_pre.
+mhc_head, SPEC §14's mhc_pre_single_pass and mhc_collapse, SPEC §15's mhc_post_pre and
+SPEC §16's mhc_rms_norm.
 
 Each operator has three kernels:
   CPU       the library (the function of the same name in mhc, run without a graph);
@@ -47,6 +48,7 @@ FUNCTIONS = {
     "mhc_pre_single_pass": ops.mhc_pre_single_pass,
     "mhc_collapse": ops.mhc_collapse,
     "mhc_post_pre": ops.mhc_post_pre,
+    "mhc_rms_norm": ops.mhc_rms_norm,
 }
 
 

@@ -14,6 +14,7 @@
 #include "ops/post_pre/post_pre.hpp"
 #include "ops/pre_single_pass/pre_single_pass.hpp"
 #include "ops/pre_sinkhorn/pre_sinkhorn.hpp"
+#include "ops/rms_norm/rms_norm.hpp"
 #include "ops/sinkhorn/sinkhorn.hpp"
 
 namespace mhc {

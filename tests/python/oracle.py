@@ -451,3 +451,65 @@ def post_pre_grads64(inputs, grads, *, single_pass, num_iters=20, hc_eps=1e-6, n
     result = {"grad_" + name: None if t is None else t.grad for name, t in leaves.items()}
     result["x_next"] = out.grad if out.grad is not None else torch.zeros_like(out)
     return result
+
+
+# The inference engines' faces (SPEC §16), written from DeepSeek-V4's public inference math (its
+# model's hc_pre, hc_post and hc_head, which SGLang's and vLLM's CPU kernels implement), in float64.
+
+def hc_pre64(x, hc_fn, hc_scale, hc_base, num_iters=20, rms_eps=1e-6, hc_pre_eps=1e-6, sinkhorn_eps=None,
+             post_mult=2.0, *, delayed=False, pre_mix=None):
+    """DeepSeek-V4's hc_pre (SPEC §16 = §2, §10, §12) in float64, x [.., N, D]:
+
+        v      = x flattened to N*D;   mixes = (hc_fn · v) · rsqrt(mean(v²) + rms_eps)
+        pre    = σ(hc_scale[0]·mixes[:N] + hc_base[:N]) + hc_pre_eps
+        post   = post_mult · σ(hc_scale[1]·mixes[N:2N] + hc_base[N:2N])          (V4: post_mult 2)
+        comb   = Sinkhorn(hc_scale[2]·mixes[2N:] + hc_base[2N:] as [N, N])      (sinkhorn64, eps =
+                 sinkhorn_eps, None: hc_pre_eps; num_iters)
+        y[d]   = Σ_n pre[n]·x[n, d]
+
+    delayed (V4.1's mhc_pre_delayed, SPEC §14): y is collapsed with pre_mix [.., N] instead (None:
+    stream 0). Returns (y [.., D], post [.., N], comb [.., N, N], pre [.., N])."""
+    n, d = x.shape[-2], x.shape[-1]
+    lead = x.shape[:-2]
+    v = x.to(F64).reshape(lead + (n * d,))
+    rsqrt = torch.rsqrt((v * v).mean(dim=-1, keepdim=True) + rms_eps)
+    mixes = (v @ hc_fn.to(F64).t()) * rsqrt
+    scale, base = hc_scale.to(F64).reshape(3), hc_base.to(F64)
+    pre = torch.sigmoid(scale[0] * mixes[..., :n] + base[:n]) + hc_pre_eps
+    post = post_mult * torch.sigmoid(scale[1] * mixes[..., n:2 * n] + base[n:2 * n])
+    z = (scale[2] * mixes[..., 2 * n:] + base[2 * n:]).reshape(lead + (n, n))
+    comb = sinkhorn64(z, hc_pre_eps if sinkhorn_eps is None else sinkhorn_eps, num_iters)
+    if delayed:
+        y = collapse64(x, pre_mix)
+    else:
+        y = (pre[..., :, None] * x.to(F64)).sum(dim=-2)
+    return y, post, comb, pre
+
+
+def hc_post64(x, residual, post, comb):
+    """DeepSeek-V4's hc_post (SPEC §16 = §11) in float64: out[.., j, d] = post[j]·x[d] +
+    Σ_i comb[i, j]·residual[i, d] (comb transposed). x [.., D], residual [.., N, D], post
+    [.., N] or [.., N, 1], comb [.., N, N]."""
+    n = residual.shape[-2]
+    p = post.to(F64).reshape(residual.shape[:-2] + (n,))
+    return p[..., :, None] * x.to(F64)[..., None, :] + (comb.to(F64)[..., :, :, None]
+                                                        * residual.to(F64)[..., :, None, :]).sum(dim=-3)
+
+
+def hc_head64(x, hc_fn, hc_scale, hc_base, hc_eps=1e-6, norm_eps=1e-6):
+    """DeepSeek-V4's hc_head (SPEC §16 = §6's one-entry head) in float64, eps in the sgl op's
+    order: mixes = (hc_fn · v)·rsqrt(mean(v²) + norm_eps), pre = σ(hc_scale·mixes + hc_base) +
+    hc_eps, y[d] = Σ_n pre[n]·x[n, d]. hc_fn [N, N*D], hc_scale 0-d or [1], hc_base [N]."""
+    n, d = x.shape[-2], x.shape[-1]
+    v = x.to(F64).reshape(x.shape[:-2] + (n * d,))
+    rsqrt = torch.rsqrt((v * v).mean(dim=-1, keepdim=True) + norm_eps)
+    mixes = (v @ hc_fn.to(F64).t()) * rsqrt
+    pre = torch.sigmoid(hc_scale.to(F64).reshape(()) * mixes + hc_base.to(F64)) + hc_eps
+    return (pre[..., :, None] * x.to(F64)).sum(dim=-2)
+
+
+def rms_norm64(h, weight, eps=1e-6):
+    """SPEC §16's RMSNorm in float64: h·rsqrt(mean(h²) + eps)·weight over the last dim (h as
+    given: the engines' fused form normalises the h_in ROUNDED to x's dtype)."""
+    v = h.to(F64)
+    return v * torch.rsqrt((v * v).mean(dim=-1, keepdim=True) + eps) * weight.to(F64)

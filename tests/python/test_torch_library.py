@@ -83,6 +83,7 @@ def calls():
         ("mhc_post_pre", (lx, y, h_out, lh_post, phi, alpha, bias, pre_mix_of(lead=(5,))),
          dict(single_pass=True, gamma=gamma, num_iters=I)),
         ("mhc_post_pre", (lx, None, h_out, lh_post, phi, alpha, bias), dict(hc_eps=1e-3, sinkhorn_eps=1e-4)),
+        ("mhc_rms_norm", (h_out, torch.rand(h_out.shape[-1]) + 0.5), dict(eps=1e-5)),
     ]
 
 
