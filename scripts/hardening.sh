@@ -88,7 +88,8 @@ elapsed() { echo "$(( $(date +%s) - start ))s"; }
 
 fuzz_targets=(fuzz_pre_forward fuzz_pre_backward fuzz_aclnn_mhc_pre fuzz_aclnn_mhc_pre_v2
               fuzz_aclnn_mhc_pre_backward fuzz_aclnn_mhc_pre_backward_v2
-              fuzz_sinkhorn fuzz_post fuzz_pre_sinkhorn fuzz_single_pass fuzz_collapse
+              fuzz_sinkhorn fuzz_post fuzz_pre_sinkhorn fuzz_single_pass fuzz_collapse fuzz_post_pre
+              fuzz_rms_norm
               fuzz_aclnn_mhc_sinkhorn fuzz_aclnn_mhc_sinkhorn_backward fuzz_aclnn_mhc_post
               fuzz_aclnn_mhc_post_backward fuzz_aclnn_mhc_pre_sinkhorn fuzz_aclnn_mhc_pre_sinkhorn_backward
               fuzz_drivers)

@@ -43,11 +43,35 @@ std::optional<mhc::TensorView> Views::opt(const char* name) const {
   return view_of(*t, base);
 }
 
+Scratch::Scratch(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  data.assign(size_t(std::max<int64_t>(n, 1)), 0.0f);
+  view.data = data.data();
+  view.dtype = mhc::DType::fp32;
+  view.rank = int32_t(shape.size());
+  int64_t stride = 1;
+  for (int i = view.rank - 1; i >= 0; --i) view.shape[i] = shape[size_t(i)], view.strides[i] = stride, stride *= shape[size_t(i)];
+}
+
+mhc::TensorView as_matrices(mhc::TensorView v, int64_t N, int token_dims) {
+  if (v.rank != token_dims + 1 || v.rank + 1 > mhc::kMaxRank) return v;
+  const int64_t s = v.strides[v.rank - 1];
+  v.shape[v.rank - 1] = N;
+  v.strides[v.rank - 1] = s * N;
+  v.shape[v.rank] = N;
+  v.strides[v.rank] = s;
+  v.rank += 1;
+  return v;
+}
+
 }  // namespace layer
 
 namespace {
 
+using layer::as_matrices;
 using layer::LayerProblem;
+using layer::Scratch;
 using layer::tokens;
 using layer::Views;
 using mhc::TensorView;
@@ -64,7 +88,7 @@ std::vector<int64_t> cache_shape(const LayerProblem& p, bool matrix) {
 LayerProblem generate_problem(Bytes& in, LayerOp op) {
   LayerProblem p;
   p.op = op;
-  p.backward = in.flag();
+  p.backward = in.flag() && op != LayerOp::rms_norm;
   static const int64_t Ns[] = {4, 1, 2, 3, 5, 8, 6, 7, 13, 4, 4, 16};
   static const int64_t Ds[] = {8, 1, 2, 3, 15, 16, 17, 31, 33, 64, 100, 257, 300, 7, 5, 4};
   static const int64_t Ss[] = {3, 1, 2, 0, 4, 5, 8, 16, 17, 63, 64, 65, 100, 129, 200, 1};
@@ -91,6 +115,15 @@ LayerProblem generate_problem(Bytes& in, LayerOp op) {
   p.grad_h_pre = !(flags & 4);
   p.grad_x_post = flags & 8;
   p.grad_pre_mix = p.pre_mix != bool(flags & 32);  // asked for without pre_mix: rejected
+  if (op == LayerOp::post_pre) {
+    // The boundary: either variant; V4 with a pre_mix (a rejection) now and then.
+    const uint8_t more = in.u8();
+    p.v41 = more & 1;
+    p.h_res = !(more & 2);
+    p.grad_h_res = !(more & 4);
+    if (!p.v41 && p.pre_mix) p.pre_mix = in.chance(16);
+    p.grad_pre_mix = p.pre_mix != bool(flags & 32);
+  }
   static const mhc::DType types[] = {mhc::DType::bf16, mhc::DType::fp16, mhc::DType::fp32};
   p.x_dtype = types[in.pick(3)];
   p.grad_x_dtype = in.chance(64) ? MHC_FP32 : int32_t(p.x_dtype);
@@ -123,8 +156,10 @@ LayerProblem generate_problem(Bytes& in, LayerOp op) {
         return T * p.K() > (1 << 13) || p.F() * p.K() > (1 << 14) || T * N * N * steps > (1 << 16) ||
                2 * steps * T * N * p.pitch > (1 << 17);
       case LayerOp::single_pass:
+      case LayerOp::post_pre:
         return T * p.K() > (1 << 13) || p.F() * p.K() > (1 << 14) || T * N * N * steps > (1 << 16);
       case LayerOp::collapse: return T * N * p.D > (1 << 14);
+      case LayerOp::rms_norm: return T * p.D > (1 << 14);
     }
     return false;
   };
@@ -140,7 +175,9 @@ std::vector<Slot> slots_of(const LayerProblem& p) {
   const std::vector<int64_t> mat = tokens(p, {N, N}), res = p.flat ? tokens(p, {N * N}) : mat;
   switch (p.op) {
     case LayerOp::single_pass:
-    case LayerOp::collapse: return layer::v41_slots(p);
+    case LayerOp::collapse:
+    case LayerOp::post_pre:
+    case LayerOp::rms_norm: return layer::v41_slots(p);
     case LayerOp::sinkhorn:
       if (!p.backward)
         return {{"z", false, true, f32, mat, true},
@@ -254,7 +291,9 @@ mhc::Status call_cpp(Case& c, const LayerProblem& p, uint8_t* base, const mhc::O
       return p.backward ? mhc::pre_sinkhorn_backward(qb_in(v), qb_out(v), o)
                         : mhc::pre_sinkhorn_forward(qf_in(v, p), qf_out(v), o);
     case LayerOp::single_pass:
-    case LayerOp::collapse: return layer::v41_call_cpp(c, p, base, o);
+    case LayerOp::collapse:
+    case LayerOp::post_pre:
+    case LayerOp::rms_norm: return layer::v41_call_cpp(c, p, base, o);
   }
   return {};
 }
@@ -299,7 +338,9 @@ mhc::Status validate(Case& c, const LayerProblem& p, uint8_t* base, const mhc::O
       }
       break;
     case LayerOp::single_pass:
-    case LayerOp::collapse: return layer::v41_validate(c, p, base, o, size);
+    case LayerOp::collapse:
+    case LayerOp::post_pre:
+    case LayerOp::rms_norm: return layer::v41_validate(c, p, base, o, size);
   }
   (void)bytes;
   return s;
@@ -331,10 +372,13 @@ int call_c(Case& c, const LayerProblem& p, uint8_t* base, const mhc::Options& o,
                                            "post_forward",            "post_backward",
                                            "pre_sinkhorn_forward",    "pre_sinkhorn_backward",
                                            "pre_single_pass_forward", "pre_single_pass_backward",
-                                           "collapse_forward",        "collapse_backward"};
+                                           "collapse_forward",        "collapse_backward",
+                                           "post_pre_forward",        "post_pre_backward",
+                                           "rms_norm_forward",        "rms_norm_forward"};
   return mhc_test::call_described(
       kOperators[size_t(int(p.op) * 2 + p.backward)], at, [&](const char*) { return p.eps; },  // eps, sinkhorn_eps
-      [&](const char*) { return p.I; }, &opt, required_null);
+      [&](const char* name) { return std::strcmp(name, "single_pass") == 0 ? int64_t(p.v41) : p.I; }, &opt,
+      required_null);
 }
 
 bool all_inside(Case& c, const Arena& arena) {
@@ -348,34 +392,6 @@ bool all_inside(Case& c, const Arena& arena) {
 }
 
 // ------------------------------------------------------------------ the oracles
-
-// A contiguous fp32 buffer with a view of `shape` on it.
-struct Scratch {
-  std::vector<float> data;
-  TensorView view;
-  explicit Scratch(const std::vector<int64_t>& shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    data.assign(size_t(std::max<int64_t>(n, 1)), 0.0f);
-    view.data = data.data();
-    view.dtype = mhc::DType::fp32;
-    view.rank = int32_t(shape.size());
-    int64_t stride = 1;
-    for (int i = view.rank - 1; i >= 0; --i) view.shape[i] = shape[size_t(i)], view.strides[i] = stride, stride *= shape[size_t(i)];
-  }
-};
-
-// A flat [.., N*N] view as [.., N, N]; [.., N, N] as it is.
-TensorView as_matrices(TensorView v, int64_t N, int token_dims) {
-  if (v.rank != token_dims + 1 || v.rank + 1 > mhc::kMaxRank) return v;
-  const int64_t s = v.strides[v.rank - 1];
-  v.shape[v.rank - 1] = N;
-  v.strides[v.rank - 1] = s * N;
-  v.shape[v.rank] = N;
-  v.strides[v.rank] = s;
-  v.rank += 1;
-  return v;
-}
 
 void check(bool ok, const LayerProblem& p, const std::string& what) {
   if (!ok) fail(std::string(p.name()) + ": " + what);
@@ -474,7 +490,12 @@ void check_accepted(Case& c, const LayerProblem& p, const Arena& arena, const mh
     }
   } else if (p.op == LayerOp::single_pass) {
     if (!resolves_to_reference(o)) layer::v41_check_first_site(c, p, arena.base, o);
-  } else {  // MhcSinkhorn, MhcPost, MhcCollapse: every family gives the reference family's bits
+  } else if (p.op == LayerOp::post_pre) {
+    if (!p.backward) {
+      layer::v41_unfused_boundary(c, p, copy.data(), o);
+      compare_outputs(c, p, arena.base, copy.data(), arena, "the unfused chain's");
+    }
+  } else {  // MhcSinkhorn, MhcPost, MhcCollapse, MhcRmsNorm: every family gives the reference family's bits
     mhc::Options ref = o;
     ref.isa = mhc::Isa::reference;
     ref.num_threads = 1;

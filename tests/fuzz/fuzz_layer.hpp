@@ -1,7 +1,8 @@
 // The fuzz targets of the rest of the layer (docs/reliability.md, "Fuzzing"):
-// MhcSinkhorn, MhcPost, the fused MhcPreSinkhorn, and V4.1's MhcPreSinglePass
-// and MhcCollapse (fuzz_layer_v41.cpp), forward or backward (the input's first
-// byte), through the C++ and the C face.
+// MhcSinkhorn, MhcPost, the fused MhcPreSinkhorn, V4.1's MhcPreSinglePass and
+// MhcCollapse, the fused boundary MhcPostPre and the engines' MhcRmsNorm
+// (fuzz_layer_v41.cpp), forward or backward (the input's first byte; MhcRmsNorm
+// has only a forward), through the C++ and the C face.
 //
 // One input, one call, generated as for the MhcPre targets (fuzz_common.hpp:
 // shapes, dtypes, scalars among the edge values, then per tensor a layout and
@@ -9,12 +10,14 @@
 //   - rejected: the C++ face, the C face and ops::*::validate agree on code, kind
 //     and message; not one arena byte changed (a NULL required C argument: 161001);
 //   - accepted: only bytes of output elements changed; then, on a copy of the
-//     arena as it was, the oracle: MhcSinkhorn, MhcPost and MhcCollapse run by the
+//     arena as it was, the oracle: MhcSinkhorn, MhcPost, MhcCollapse and MhcRmsNorm run by the
 //     reference family give the same bits (SPEC §10/§11/§14: every family does),
 //     NaN where NaN; MhcPreSinkhorn on a family other than the reference gives the
 //     bits of the unfused chain (SPEC §12); MhcPreSinglePass's forward without
 //     pre_mix on a family other than the reference gives h_in = x's stream 0 bit
-//     for bit (SPEC §14); and a rerun with another thread count at another address
+//     for bit (SPEC §14); MhcPostPre's forward gives the bits of the unfused chain
+//     (MhcPost, then MhcPre + MhcSinkhorn or MhcPreSinglePass: SPEC §15) on every
+//     family; and a rerun with another thread count at another address
 //     gives the same bits.
 #pragma once
 
@@ -30,7 +33,7 @@
 
 namespace mhc_fuzz {
 
-enum class LayerOp { sinkhorn, post, pre_sinkhorn, single_pass, collapse };
+enum class LayerOp { sinkhorn, post, pre_sinkhorn, single_pass, collapse, post_pre, rms_norm };
 void run_layer_target(const uint8_t* data, size_t size, LayerOp op);
 
 namespace layer {
@@ -53,6 +56,7 @@ struct LayerProblem {
   bool grad_h_pre = true;     // single pass backward: grad_h_pre given (absent: 0)
   bool grad_x_post = false;   // single pass backward: grad_x_post given (grad_x_dtype)
   bool grad_pre_mix = true;   // single pass backward: asked for (without pre_mix: a rejection)
+  bool v41 = false;           // post_pre: site s+1 is a single pass (single_pass = 1)
   mhc::DType x_dtype = mhc::DType::bf16;
   int32_t grad_x_dtype = MHC_BF16;
   double eps = 1e-6, hc_eps = 1e-6, norm_eps = 1e-6;  // eps: the Sinkhorn's (sinkhorn_eps)
@@ -62,11 +66,13 @@ struct LayerProblem {
   int64_t K() const { return N * D; }
   int64_t F() const { return 2 * N + N * N; }
   const char* name() const {
-    static const char* names[5][2] = {{"sinkhorn_forward", "sinkhorn_backward"},
+    static const char* names[7][2] = {{"sinkhorn_forward", "sinkhorn_backward"},
                                       {"post_forward", "post_backward"},
                                       {"pre_sinkhorn_forward", "pre_sinkhorn_backward"},
                                       {"pre_single_pass_forward", "pre_single_pass_backward"},
-                                      {"collapse_forward", "collapse_backward"}};
+                                      {"collapse_forward", "collapse_backward"},
+                                      {"post_pre_forward", "post_pre_backward"},
+                                      {"rms_norm_forward", "rms_norm_forward"}};
     return names[int(op)][backward];
   }
 };
@@ -82,14 +88,26 @@ struct Views {
   std::optional<mhc::TensorView> opt(const char* name) const;
 };
 
-// The V4.1 operators' parts (fuzz_layer_v41.cpp), for p.op single_pass or collapse:
-// the tensors, the call through the C++ face, validation (and workspace sizing)
-// through the operator layer, and the oracle of an accepted call on `after`, the
-// arena once the call has run.
+// A contiguous fp32 buffer with a view of `shape` on it.
+struct Scratch {
+  std::vector<float> data;
+  mhc::TensorView view;
+  explicit Scratch(const std::vector<int64_t>& shape);
+};
+
+// A flat [.., N*N] view as [.., N, N]; [.., N, N] as it is.
+mhc::TensorView as_matrices(mhc::TensorView v, int64_t N, int token_dims);
+
+// The V4.1 and boundary operators' parts (fuzz_layer_v41.cpp), for p.op single_pass,
+// collapse or post_pre: the tensors, the call through the C++ face, validation (and
+// workspace sizing) through the operator layer, and the oracles of an accepted call:
+// on `after`, the arena once the call has run; on `copy`, the arena as it was, where
+// the unfused chain writes the boundary's outputs.
 std::vector<Slot> v41_slots(const LayerProblem& p);
 mhc::Status v41_call_cpp(Case& c, const LayerProblem& p, uint8_t* base, const mhc::Options& o);
 mhc::Status v41_validate(Case& c, const LayerProblem& p, uint8_t* base, const mhc::Options& o, bool size);
 void v41_check_first_site(Case& c, const LayerProblem& p, uint8_t* after, const mhc::Options& o);
+void v41_unfused_boundary(Case& c, const LayerProblem& p, uint8_t* copy, const mhc::Options& o);
 
 }  // namespace layer
 }  // namespace mhc_fuzz
