@@ -11,8 +11,10 @@ one process with torch and mhc on the same thread count:
     for the call, without any face);
   - torch.mv (T = 1) / torch.mm of phi on the same tokens (fp32): what the one product of
     the pre costs in torch;
-and, the engines' threading question, a decode loop of the three ops interleaved with a
-torch matmul of phi's size against (the ops alone + the matmul alone).
+and, the engines' threading question, a decode loop of the three ops interleaved with
+torch.mv of phi's size against (the ops alone + the matmul alone), beside the same for
+torch's own torch.add. Through torch.ops the ops run on torch's intra-op threads (mhc::Executor), not on
+mhc's own pool.
 
     /usr/bin/python3 bench/engine_decode.py [--quick] [--threads 2] [--json out.json]
 """
@@ -38,7 +40,10 @@ F = 2 * N + N * N
 
 
 def median_us(step, min_seconds, min_runs=20):
-    """Median of per-call times in blocks of calls sized to about 2 ms."""
+    """Median of per-call times in blocks of calls sized to about 2 ms, after a pause that
+    lets every pool's threads stop polling (torch's OpenBLAS threads poll long after a
+    product: a call made then shares the cores with them)."""
+    time.sleep(0.1)
     step()
     t0 = time.perf_counter()
     step()
@@ -130,15 +135,20 @@ def rows(args):
 
 
 def interleaved(args):
-    """A decode step: pre, head-sized matmul, post, head — the three ops beside torch's own
-    threads. Ratio of the loop to (the ops alone + the matmuls alone)."""
+    """A decode step: the three ops, then torch.mv of phi's size (fp32, one token). Ratio of
+    the loop to (the ops alone + the matmul alone), beside the same ratio for a torch op of
+    the library's own (torch.add, on torch's OpenMP threads) in the ops' place: Debian's
+    torch multiplies on OpenBLAS, whose pthreads pool polls after each product beside
+    torch's threads, so that control says what any OpenMP op pays there
+    (OPENBLAS_NUM_THREADS=1 at start keeps that pool out)."""
     gen = torch.Generator().manual_seed(1)
     results = []
     for D in args.hidden:
         a = inputs(1, D, gen)
         ops = torch.ops.sgl_kernel
-        w = torch.randn(F, N * D, generator=gen)  # phi's size, fp32
+        w = torch.randn(F, N * D, generator=gen)
         v = torch.randn(N * D, generator=gen)
+        left, right = torch.randn(64 * D, generator=gen), torch.randn(64 * D, generator=gen)
 
         def mhc_ops():
             y, post, comb = ops.hc_pre_fused_cpu(a["x"], a["fn"], a["scale"], a["base"], N, 20, 1e-6, 1e-6)
@@ -148,17 +158,14 @@ def interleaved(args):
         def matmul():
             torch.mv(w, v)
 
-        def both():
-            mhc_ops()
-            matmul()
-
-        alone_ops = median_us(mhc_ops, args.seconds)
-        alone_mm = median_us(matmul, args.seconds)
-        loop = median_us(both, args.seconds)
-        ratio = loop / (alone_ops + alone_mm)
-        results.append(dict(D=D, ops_us=alone_ops, matmul_us=alone_mm, interleaved_us=loop, ratio=ratio))
-        print(f"interleaved D={D}: ops {alone_ops:.1f} us + torch.mv {alone_mm:.1f} us alone; together "
-              f"{loop:.1f} us = {ratio:.3f} x the sum", flush=True)
+        for name, step in (("mhc's three ops", mhc_ops), ("control: torch.add", lambda: torch.add(left, right))):
+            alone = median_us(step, args.seconds)
+            alone_mm = median_us(matmul, args.seconds)
+            loop = median_us(lambda: (step(), matmul()), args.seconds)
+            ratio = loop / (alone + alone_mm)
+            results.append(dict(D=D, step=name, step_us=alone, matmul_us=alone_mm, interleaved_us=loop, ratio=ratio))
+            print(f"interleaved D={D}, {name}: {alone:.1f} us + torch.mv {alone_mm:.1f} us alone; together "
+                  f"{loop:.1f} us = {ratio:.3f} x the sum", flush=True)
     return results
 
 
@@ -179,6 +186,7 @@ def main():
     mhc.set_num_threads(args.threads)
     mhc.engines.register_sgl_kernel()
     print(f"engine_decode: torch {torch.__version__}, {args.threads} threads, mhc family {mhc.isa()}, "
+          f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}, "
           f"torch.ops path: {'libmhc_torch.so (' + _native.path + ')' if _native.ops else 'ctypes (no libmhc_torch.so)'}")
     table, noop_us = rows(args)
     print(f"(a no-op ctypes call, subtracted from the C API rows: {noop_us:.2f} us)")

@@ -381,6 +381,18 @@ struct RmsNormForwardOutputs {
 MHC_API Status rms_norm_forward(const RmsNormForwardInputs& in, const RmsNormForwardOutputs& out,
                                 const Options& options = {});
 
+// The caller's threads (an inference engine's OpenMP team) in place of mhc's pool for
+// the calls this thread makes: run(self, workers, share, context) must call
+// share(context, w) once for every w in [0, workers), on any of its threads and in any
+// order, and return when all have returned. The outputs' bits do not depend on it. The
+// backwards' phases, whose workers wait for each other, still run on mhc's pool.
+struct Executor {
+  void (*run)(void* self, int workers, void (*share)(void* context, int worker), void* context);
+  void* self;
+};
+// Sets this thread's executor (nullptr: mhc's pool); returns the previous one.
+MHC_API const Executor* set_thread_executor(const Executor* executor);
+
 // The process default family's name ("amx", "avx512", "avx2", "sve2", "sve", "neon", "portable", "reference").
 MHC_API const char* isa();
 // Sets the process default; Isa::automatic goes back to MHC_ISA or the best. A family

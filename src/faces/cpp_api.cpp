@@ -16,6 +16,7 @@
 #include "ops/pre_sinkhorn/pre_sinkhorn.hpp"
 #include "ops/rms_norm/rms_norm.hpp"
 #include "ops/sinkhorn/sinkhorn.hpp"
+#include "runtime/thread_pool.hpp"
 
 namespace mhc {
 
@@ -85,6 +86,8 @@ Status run_operator(const Inputs& in, const Outputs& out, const Options& options
   }
 #include "description/operators.def"
 #undef MHC_OPERATOR
+
+const Executor* set_thread_executor(const Executor* executor) { return runtime::set_thread_executor(executor); }
 
 const char* isa() { return ops::default_isa_name(); }
 Status set_isa(Isa isa) {

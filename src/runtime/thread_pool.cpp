@@ -1,5 +1,7 @@
 #include "runtime/thread_pool.hpp"
 
+#include "mhc/mhc.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -253,11 +255,43 @@ int default_thread_count() {
   return int(std::clamp(online, 1u, unsigned(kMaxThreads)));
 }
 
+namespace {
+
+thread_local const Executor* thread_executor = nullptr;
+
+// One worker's share of a job handed to an executor: the contiguous items the pool's
+// worker of that index would run.
+struct ExecutorJob {
+  detail::ItemCall call;
+  const detail::Closure* closure;
+  int64_t items;
+  int workers;
+};
+
+void run_executor_share(void* context, int worker) {
+  const ExecutorJob& job = *static_cast<const ExecutorJob*>(context);
+  const int64_t begin = job.items * worker / job.workers, end = job.items * (worker + 1) / job.workers;
+  for (int64_t i = begin; i < end; ++i) job.call(*job.closure, i, worker);
+}
+
+}  // namespace
+
+const Executor* set_thread_executor(const Executor* executor) {
+  const Executor* previous = thread_executor;
+  thread_executor = executor;
+  return previous;
+}
+
 namespace detail {
 
 void run_items(int64_t items, int threads, ItemCall call, const Closure& closure) {
   if (items <= 0) return;
   int workers = int(std::clamp<int64_t>(threads, 1, std::min<int64_t>(items, kMaxThreads)));
+  if (workers > 1 && thread_executor != nullptr) {
+    ExecutorJob job{call, &closure, items, workers};
+    thread_executor->run(thread_executor->self, workers, &run_executor_share, &job);
+    return;
+  }
   if (workers > 1) {
     std::unique_lock<std::mutex> lease = pool().try_acquire();
     if (lease.owns_lock()) {

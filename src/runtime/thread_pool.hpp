@@ -15,6 +15,10 @@
 #include <new>
 #include <type_traits>
 
+namespace mhc {
+struct Executor;  // mhc.hpp: the caller's threads
+}
+
 namespace mhc::runtime {
 
 // At most this many workers run one call (more requested are not used): the
@@ -74,6 +78,9 @@ Closure closure_of(const Body& body) {
 void run_items(int64_t items, int threads, ItemCall call, const Closure& closure);
 
 }  // namespace detail
+
+// The caller's executor for this thread's parallel_for (mhc::Executor); nullptr: the pool.
+const Executor* set_thread_executor(const Executor* executor);
 
 // Run body(item, worker) for item in [0, items) on up to `threads` workers
 // (worker in [0, threads)); returns when all items are done. Each worker takes

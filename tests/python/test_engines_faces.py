@@ -208,16 +208,24 @@ def test_token_alone_equals_token_in_batch(shape):
     def token(i, source):
         return {k: v[i:i + 1] if k in PER_TOKEN else v for k, v in source.items()}
 
-    mhc.set_num_threads(1)
-    alone = {i: run_all(token(i, inp)) for i in picks}
-    for threads in (1, 2):
-        mhc.set_num_threads(threads)
-        for b in BATCH_SIZES:
-            batch = run_all({k: v[:b] if k in PER_TOKEN else v for k, v in inp.items()})
-            for i in (0, b - 1):
-                for name, t in batch.items():
-                    assert_same_bits(name, alone[i][name], t[i:i + 1],
-                                     f"token {i} alone (1 thread) vs in a batch of {b} ({threads} threads)")
+    def set_threads(n):  # the ctypes path's (mhc's) and the C++ ops' (torch's intra-op threads)
+        mhc.set_num_threads(n)
+        torch.set_num_threads(n)
+
+    torch_threads = torch.get_num_threads()
+    try:
+        set_threads(1)
+        alone = {i: run_all(token(i, inp)) for i in picks}
+        for threads in (1, 2):
+            set_threads(threads)
+            for b in BATCH_SIZES:
+                batch = run_all({k: v[:b] if k in PER_TOKEN else v for k, v in inp.items()})
+                for i in (0, b - 1):
+                    for name, t in batch.items():
+                        assert_same_bits(name, alone[i][name], t[i:i + 1],
+                                         f"token {i} alone (1 thread) vs in a batch of {b} ({threads} threads)")
+    finally:
+        torch.set_num_threads(torch_threads)
 
 
 @pytest.mark.parametrize("shape", SHAPES[:3], ids=ids)

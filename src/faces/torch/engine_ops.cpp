@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "faces/torch/output_cache.hpp"
 #include "mhc/mhc.hpp"
 
 namespace mhc::torch_face {
@@ -55,6 +56,27 @@ void raise_on_error(const Status& s) {
   TORCH_CHECK_VALUE(false, s.message());
 }
 
+// mhc's parallel work on torch's intra-op threads (the engine's OpenMP team), not on
+// mhc's own pool beside them: engine_decode.py's interleaved decode loop.
+void run_on_torch_threads(void*, int workers, void (*share)(void*, int), void* context) {
+  at::parallel_for(0, workers, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t w = begin; w < end; ++w) share(context, int(w));
+  });
+}
+const Executor kTorchThreads{&run_on_torch_threads, nullptr};
+
+// For the duration of one op: this thread's mhc calls on torch's threads.
+class OnTorchThreads {
+ public:
+  OnTorchThreads() : previous_(set_thread_executor(&kTorchThreads)) {}
+  ~OnTorchThreads() { set_thread_executor(previous_); }
+  OnTorchThreads(const OnTorchThreads&) = delete;
+  OnTorchThreads& operator=(const OnTorchThreads&) = delete;
+
+ private:
+  const Executor* previous_;
+};
+
 // Engines call from their own threads: mhc runs on at most torch's intra-op count.
 Options options(double norm_eps = 1e-6, double hc_eps = 1e-6) {
   Options o;
@@ -68,6 +90,7 @@ Options options(double norm_eps = 1e-6, double hc_eps = 1e-6) {
 std::pair<Tensor, std::vector<int64_t>> tokens(const Tensor& t, int inner, const char* name) {
   TORCH_CHECK_VALUE(t.dim() >= inner, name, ": expected at least ", inner, " dims, got shape ", t.sizes());
   std::vector<int64_t> lead(t.sizes().begin(), t.sizes().end() - inner);
+  if (t.dim() == inner + 1) return {t, lead};  // already [T, *inner]
   std::vector<int64_t> flat{-1};
   flat.insert(flat.end(), t.sizes().end() - inner, t.sizes().end());
   return {t.reshape(flat), lead};
@@ -95,7 +118,7 @@ void scale_post(Tensor& h_post, double mult) {
 
 Tensor layer_input(const Tensor& h_in, const c10::optional<Tensor>& norm_weight, double norm_eps) {
   if (!norm_weight.has_value()) return h_in;
-  Tensor y = at::empty_like(h_in, at::MemoryFormat::Contiguous);
+  Tensor y = empty_output(h_in.sizes(), h_in.options());
   if (!shapes_only(h_in))
     raise_on_error(rms_norm_forward({view_of(h_in, "h_in"), view_of(*norm_weight, "norm_weight"), norm_eps},
                                   {view_of(y, "y")}, options()));
@@ -107,10 +130,11 @@ Tensor layer_input(const Tensor& h_in, const c10::optional<Tensor>& norm_weight,
 std::tuple<Tensor, Tensor, Tensor> hc_pre_fused_cpu(const Tensor& x, const Tensor& hc_fn, const Tensor& hc_scale,
                                                     const Tensor& hc_base, int64_t hc_mult, int64_t sinkhorn_iters,
                                                     double rms_eps, double hc_eps) {
+  const OnTorchThreads on_torch_threads;
   auto [flat, lead] = tokens(x, 2, "x");
   const int64_t T = flat.size(0), N = flat.size(1), D = flat.size(2);
   TORCH_CHECK_VALUE(hc_mult == N, "hc_mult: expected x's N = ", N, ", got ", hc_mult);
-  Tensor y = at::empty({T, D}, flat.options()), post = at::empty({T, N}, fp32(flat)), comb = at::empty({T, N, N}, fp32(flat));
+  Tensor y = empty_output({T, D}, flat.options()), post = empty_output({T, N}, fp32(flat)), comb = empty_output({T, N, N}, fp32(flat));
   if (!shapes_only(flat))
     raise_on_error(pre_sinkhorn_forward({view_of(flat, "x"), view_of(hc_fn, "hc_fn"), view_of(hc_scale, "hc_scale"),
                                        view_of(hc_base, "hc_base"), sinkhorn_iters},
@@ -120,8 +144,9 @@ std::tuple<Tensor, Tensor, Tensor> hc_pre_fused_cpu(const Tensor& x, const Tenso
 }
 
 Tensor hc_post_fused_cpu(const Tensor& x, const Tensor& residual, const Tensor& post, const Tensor& comb) {
+  const OnTorchThreads on_torch_threads;
   auto [flat, lead] = tokens(residual, 2, "residual");
-  Tensor out = at::empty(flat.sizes(), flat.options());
+  Tensor out = empty_output(flat.sizes(), flat.options());
   if (!shapes_only(flat))
     raise_on_error(post_forward({view_of(flat, "residual"), view_of(tokens(comb, 2, "comb").first, "comb"),
                                view_of(tokens(x, 1, "x").first, "x"), view_of(post_rows(post, residual.dim()), "post")},
@@ -131,9 +156,10 @@ Tensor hc_post_fused_cpu(const Tensor& x, const Tensor& residual, const Tensor& 
 
 Tensor hc_head_fused_cpu(const Tensor& x, const Tensor& hc_fn, const Tensor& hc_scale, const Tensor& hc_base,
                          double hc_eps, double norm_eps) {
+  const OnTorchThreads on_torch_threads;
   auto [flat, lead] = tokens(x, 2, "x");
   const int64_t T = flat.size(0), D = flat.size(2);
-  Tensor h = at::empty({T, D}, flat.options());
+  Tensor h = empty_output({T, D}, flat.options());
   if (!shapes_only(flat))
     raise_on_error(pre_forward({view_of(flat, "x"), view_of(hc_fn, "hc_fn"), view_of(hc_scale.reshape({1}), "hc_scale"),
                               view_of(hc_base, "hc_base"), std::nullopt},
@@ -152,14 +178,14 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> site_pre(const Tensor& flat, const Te
                                                     double hc_sinkhorn_eps, int64_t repeat, bool single_pass,
                                                     const c10::optional<Tensor>& pre_mix) {
   const int64_t T = flat.size(0), N = flat.size(1), D = flat.size(2), F = fn.size(0);
-  Tensor h_in = at::empty({T, D}, flat.options()), h_post = at::empty({T, N}, fp32(flat));
-  Tensor comb = at::empty({T, N, N}, fp32(flat)), h_pre = at::empty({T, N}, fp32(flat));
+  Tensor h_in = empty_output({T, D}, flat.options()), h_post = empty_output({T, N}, fp32(flat));
+  Tensor comb = empty_output({T, N, N}, fp32(flat)), h_pre = empty_output({T, N}, fp32(flat));
   if (shapes_only(flat)) return {h_in, h_post, comb, h_pre};
   const TensorView x = view_of(flat, "residual"), phi = view_of(fn, "fn"), alpha = view_of(hc_scale, "hc_scale"),
                    bias = view_of(hc_base, "hc_base");
   const Options o = options(rms_eps, hc_pre_eps);
   if (single_pass) {
-    Tensor inv_rms = at::empty({T}, fp32(flat)), h_mix = at::empty({T, F}, fp32(flat));
+    Tensor inv_rms = empty_output({T}, fp32(flat)), h_mix = empty_output({T, F}, fp32(flat));
     std::optional<TensorView> carried;
     if (pre_mix.has_value()) carried = view_of(tokens(*pre_mix, 1, "pre_mix").first, "pre_mix");
     raise_on_error(pre_single_pass_forward(
@@ -171,7 +197,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> site_pre(const Tensor& flat, const Te
     raise_on_error(pre_sinkhorn_forward({x, phi, alpha, bias, repeat},
                                         {view_of(h_in, "h_in"), view_of(h_post, "post"), view_of(comb, "comb")}, o));
   } else {
-    Tensor z = at::empty({T, N, N}, fp32(flat));
+    Tensor z = empty_output({T, N, N}, fp32(flat));
     raise_on_error(pre_forward({x, phi, alpha, bias, std::nullopt},
                                {view_of(h_in, "h_in"), view_of(h_post, "post"), view_of(z, "z"), std::nullopt,
                                 std::nullopt, std::nullopt},
@@ -188,12 +214,13 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> mhc_pre(const Tensor& residual, const
                                                    int64_t sinkhorn_repeat, const c10::optional<Tensor>& norm_weight,
                                                    double norm_eps, bool single_pass,
                                                    const c10::optional<Tensor>& pre_mix) {
+  const OnTorchThreads on_torch_threads;
   auto [flat, lead] = tokens(residual, 2, "residual");
   const int64_t N = flat.size(1), D = flat.size(2);
   auto [h_in, h_post, comb, h_pre] = site_pre(flat, fn, hc_scale, hc_base, rms_eps, hc_pre_eps, hc_sinkhorn_eps,
                                               sinkhorn_repeat, single_pass, pre_mix);
   scale_post(h_post, hc_post_mult_value);
-  Tensor next_pre = single_pass ? h_pre.view(shape(lead, {N})) : at::empty({0}, fp32(flat));
+  Tensor next_pre = single_pass ? h_pre.view(shape(lead, {N})) : empty_output({0}, fp32(flat));
   return {h_post.view(shape(lead, {N, 1})), comb.view(shape(lead, {N, N})),
           layer_input(h_in, norm_weight, norm_eps).view(shape(lead, {D})), next_pre};
 }
@@ -204,11 +231,12 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> mhc_fused_post_pre(
     const Tensor& fn, const Tensor& hc_scale, const Tensor& hc_base, double rms_eps, double hc_pre_eps,
     double hc_sinkhorn_eps, double hc_post_mult_value, int64_t sinkhorn_repeat,
     const c10::optional<Tensor>& norm_weight, double norm_eps) {
+  const OnTorchThreads on_torch_threads;
   auto [flat, lead] = tokens(residual, 2, "residual");
   const int64_t T = flat.size(0), N = flat.size(1), D = flat.size(2), F = fn.size(0);
-  Tensor x_next = at::empty(flat.sizes(), flat.options()), h_in = at::empty({T, D}, flat.options());
-  Tensor h_pre = at::empty({T, N}, fp32(flat)), h_post = at::empty({T, N}, fp32(flat)), comb = at::empty({T, N, N}, fp32(flat));
-  Tensor inv_rms = at::empty({T}, fp32(flat)), h_mix = at::empty({T, F}, fp32(flat));
+  Tensor x_next = empty_output(flat.sizes(), flat.options()), h_in = empty_output({T, D}, flat.options());
+  Tensor h_pre = empty_output({T, N}, fp32(flat)), h_post = empty_output({T, N}, fp32(flat)), comb = empty_output({T, N, N}, fp32(flat));
+  Tensor inv_rms = empty_output({T}, fp32(flat)), h_mix = empty_output({T, F}, fp32(flat));
   if (shapes_only(flat))
     return {x_next.view(residual.sizes()), h_post.view(shape(lead, {N, 1})), comb.view(shape(lead, {N, N})),
             h_in.view(shape(lead, {D}))};
@@ -235,8 +263,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> mhc_fused_post_pre(
 }
 
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  const OnTorchThreads on_torch_threads;
   auto [flat, lead] = tokens(x, 1, "x");
-  Tensor y = at::empty(flat.sizes(), flat.options());
+  Tensor y = empty_output(flat.sizes(), flat.options());
   if (!shapes_only(flat))
     raise_on_error(rms_norm_forward({view_of(flat, "x"), view_of(weight, "weight"), eps}, {view_of(y, "y")}, options()));
   return y.view(x.sizes());
