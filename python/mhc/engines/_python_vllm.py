@@ -1,25 +1,8 @@
-"""The ctypes path of mhc.engines.vllm (used where libmhc_torch.so is not built, and held
-to it bit for bit by the tests): vLLM's CPU mHC wrappers (SPEC §16) by their names,
-signatures, defaults and output layouts, on mhc's operators, and the fused boundary and
-DeepSeek-V4.1's single pass for inference (SPEC §14-§15):
-
-    post, comb, layer_input = mhc_pre_cpu(residual, fn, hc_scale, hc_base, rms_eps, hc_pre_eps,
-                                          hc_sinkhorn_eps, hc_post_mult_value, sinkhorn_repeat)
-    residual = mhc_post_cpu(x, residual, post, comb)
-    h = hc_head_fused_cpu(hidden_states, hc_fn, hc_scale, hc_base, rms_norm_eps, hc_eps)
-    residual, post, comb, layer_input = mhc_fused_post_pre(x, residual, post, comb, fn, ...)
-    post, comb, layer_input, next_pre = mhc_pre_delayed(residual, fn, ..., pre_mix=next_pre)
-
-residual is [..., N, D] bf16 or fp16 (any leading dims, T = 0, any strides); post is
-[..., N, 1] fp32 and comb [..., N, N] fp32. Beyond SGLang's op: a gate eps (hc_pre_eps)
-apart from the Sinkhorn's (hc_sinkhorn_eps), any post multiplier (h_post = mult·σ(z_post)
-in fp32; 2 is SPEC §2 bit for bit) and norm_weight [D] (x's dtype or fp32), the next
-sub-layer's RMSNorm applied to h_in as rounded (mhc.mhc_rms_norm). n_splits (a GPU
-split-K factor) is accepted and changes nothing: the outputs never depend on it, nor on
-the batch. hc_head_fused_cpu's eps order here is (norm, hc), the reverse of SGLang's op.
-"""
-from .. import autograd, ops
-from .common import inference, scaled_post, streams, tokens
+"""mhc.engines.vllm's functions on the ctypes path (mhc's Python face): what it calls where
+libmhc_torch.so is not built, the same bits (tests/python/test_engines*.py run both)."""
+from .. import ops
+from . import sgl_kernel
+from .common import check_site_scalars, inference, post_rows, scaled_post, streams, tokens
 
 
 def _layer_input(h_in, norm_weight, norm_eps):
@@ -46,6 +29,7 @@ def mhc_pre_cpu(residual, fn, hc_scale, hc_base, rms_eps, hc_pre_eps, hc_sinkhor
                 sinkhorn_repeat, n_splits=1, norm_weight=None, norm_eps=0.0):
     """V4's site: (post [..., N, 1], comb [..., N, N], layer_input [..., D])."""
     flat, lead = streams(residual, "residual")
+    check_site_scalars(rms_eps, hc_pre_eps, hc_sinkhorn_eps, hc_post_mult_value, norm_weight, norm_eps)
     n, d = flat.shape[-2], flat.shape[-1]
     h_in, h_post, comb = _pre_v4(flat, fn, hc_scale, hc_base, rms_eps, hc_pre_eps, hc_sinkhorn_eps,
                                  sinkhorn_repeat)
@@ -53,23 +37,14 @@ def mhc_pre_cpu(residual, fn, hc_scale, hc_base, rms_eps, hc_pre_eps, hc_sinkhor
                          _layer_input(h_in, norm_weight, norm_eps))
 
 
-@inference
 def mhc_post_cpu(x, residual, post_layer_mix, comb_res_mix):
-    """The residual update (SPEC §11): out[j] = post[j]·x + Σ_i comb[i, j]·residual[i]."""
-    flat, lead = streams(residual, "residual")
-    n, d = flat.shape[-2], flat.shape[-1]
-    post = post_layer_mix.reshape(post_layer_mix.shape[:-1]) if post_layer_mix.shape[-1:] == (1,) and \
-        post_layer_mix.dim() == residual.dim() else post_layer_mix
-    out = ops.npu_mhc_post(flat, tokens(comb_res_mix, 2)[0], tokens(x, 1)[0], tokens(post, 1)[0])
-    return out.reshape(lead + (n, d))
+    """The residual update (SPEC §11): SGLang's hc_post_fused_cpu."""
+    return sgl_kernel.hc_post_fused_cpu(x, residual, post_layer_mix, comb_res_mix)
 
 
-@inference
 def hc_head_fused_cpu(hidden_states, hc_fn, hc_scale, hc_base, rms_norm_eps, hc_eps):
-    """The model's end (SPEC §6); eps order (norm, hc)."""
-    flat, lead = streams(hidden_states, "hidden_states")
-    h = autograd.mhc_head(flat, hc_fn, hc_scale.reshape(1), hc_base, norm_eps=rms_norm_eps, hc_eps=hc_eps)
-    return h.reshape(lead + (flat.shape[-1],))
+    """The model's end (SPEC §6): SGLang's op of the same name, eps order (norm, hc)."""
+    return sgl_kernel.hc_head_fused_cpu(hidden_states, hc_fn, hc_scale, hc_base, hc_eps, rms_norm_eps)
 
 
 @inference
@@ -79,12 +54,11 @@ def mhc_fused_post_pre(x, residual, post_layer_mix, comb_res_mix, fn, hc_scale, 
     SPEC §15; the same bits as the two calls): (residual_cur, post_cur [..., N, 1], comb_cur,
     layer_input_cur)."""
     flat, lead = streams(residual, "residual")
+    check_site_scalars(rms_eps, hc_pre_eps, hc_sinkhorn_eps, hc_post_mult_value, norm_weight, norm_eps)
     n, d = flat.shape[-2], flat.shape[-1]
-    post = post_layer_mix.reshape(post_layer_mix.shape[:-1]) if post_layer_mix.shape[-1:] == (1,) and \
-        post_layer_mix.dim() == residual.dim() else post_layer_mix
     x_next, h_in, _, h_post, comb = ops.mhc_post_pre(
-        flat, tokens(comb_res_mix, 2)[0], tokens(x, 1)[0], tokens(post, 1)[0], fn, hc_scale, hc_base,
-        num_iters=sinkhorn_repeat, hc_eps=hc_pre_eps, norm_eps=rms_eps, sinkhorn_eps=hc_sinkhorn_eps)
+        flat, tokens(comb_res_mix, 2)[0], tokens(x, 1)[0], post_rows(post_layer_mix, residual.dim()), fn, hc_scale,
+        hc_base, num_iters=sinkhorn_repeat, hc_eps=hc_pre_eps, norm_eps=rms_eps, sinkhorn_eps=hc_sinkhorn_eps)
     return (x_next.reshape(lead + (n, d)),) + _site_outputs(lead, n, d, scaled_post(h_post, hc_post_mult_value),
                                                            comb, _layer_input(h_in, norm_weight, norm_eps))
 
@@ -96,6 +70,7 @@ def mhc_pre_delayed(residual, fn, hc_scale, hc_base, rms_eps, hc_pre_eps, hc_sin
     site's h_pre; None at the first site: stream 0 exactly). Returns (post [..., N, 1], comb,
     layer_input, next_pre [..., N] fp32: this site's h_pre, for the next site)."""
     flat, lead = streams(residual, "residual")
+    check_site_scalars(rms_eps, hc_pre_eps, hc_sinkhorn_eps, hc_post_mult_value, norm_weight, norm_eps)
     n, d = flat.shape[-2], flat.shape[-1]
     carried = None if pre_mix is None else tokens(pre_mix, 1)[0]
     h_in, h_pre, h_post, comb = ops.mhc_pre_single_pass(

@@ -19,7 +19,7 @@ from torch.library import Library
 
 from .. import autograd, ops
 from . import _native
-from .common import inference, streams, tokens
+from .common import inference, one_entry, post_rows, streams, tokens
 
 SCHEMAS = {
     "hc_pre_fused_cpu": "hc_pre_fused_cpu(Tensor x, Tensor hc_fn, Tensor hc_scale, Tensor hc_base, int hc_mult, "
@@ -43,10 +43,11 @@ def hc_pre_fused_cpu(x, hc_fn, hc_scale, hc_base, hc_mult, sinkhorn_iters, rms_e
 
 @inference
 def hc_post_fused_cpu(x, residual, post, comb):
-    """The residual update: out[j] = post[j]·x + Σ_i comb[i, j]·residual[i], rounded once."""
+    """The residual update: out[j] = post[j]·x + Σ_i comb[i, j]·residual[i], rounded once
+    (post [..., N] or vLLM's [..., N, 1])."""
     flat, lead = streams(residual, "residual")
     n, d = flat.shape[-2], flat.shape[-1]
-    out = ops.npu_mhc_post(flat, tokens(comb, 2)[0], tokens(x, 1)[0], tokens(post, 1)[0])
+    out = ops.npu_mhc_post(flat, tokens(comb, 2)[0], tokens(x, 1)[0], post_rows(post, residual.dim()))
     return out.reshape(lead + (n, d))
 
 
@@ -54,7 +55,7 @@ def hc_post_fused_cpu(x, residual, post, comb):
 def hc_head_fused_cpu(x, hc_fn, hc_scale, hc_base, hc_eps, norm_eps):
     """The model's end: h = Σ_n h_pre[n]·x[n] with h_pre = σ(hc_scale·r·(hc_fn·x) + hc_base) + hc_eps."""
     flat, lead = streams(x, "x")
-    h = autograd.mhc_head(flat, hc_fn, hc_scale.reshape(1), hc_base, norm_eps=norm_eps, hc_eps=hc_eps)
+    h = autograd.mhc_head(flat, hc_fn, one_entry(hc_scale, "hc_scale"), hc_base, norm_eps=norm_eps, hc_eps=hc_eps)
     return h.reshape(lead + (flat.shape[-1],))
 
 

@@ -39,7 +39,7 @@ def mhc_post_cpu(x, residual, post_layer_mix, comb_res_mix):
     """The residual update (SPEC §11): out[j] = post[j]·x + Σ_i comb[i, j]·residual[i]."""
     if _ops is None:
         return _python_vllm.mhc_post_cpu(x, residual, post_layer_mix, comb_res_mix)
-    return _ops.hc_post_fused_cpu(x, residual, post_layer_mix, comb_res_mix)
+    return _ops.mhc_post(x, residual, post_layer_mix, comb_res_mix)
 
 
 def hc_head_fused_cpu(hidden_states, hc_fn, hc_scale, hc_base, rms_norm_eps, hc_eps):

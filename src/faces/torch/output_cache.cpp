@@ -64,9 +64,11 @@ Cache& cache() {
 }  // namespace
 
 at::Tensor empty_output(at::IntArrayRef sizes, const at::TensorOptions& options) {
-  int64_t elements = 1;
-  for (int64_t s : sizes) elements *= s;
-  const size_t bytes = size_t(elements) * options.dtype().itemsize();
+  int64_t elements = 1, bytes_signed = 0;
+  for (int64_t s : sizes) TORCH_CHECK(s >= 0 && !__builtin_mul_overflow(elements, s, &elements), "mhc: output size overflows");
+  TORCH_CHECK(!__builtin_mul_overflow(elements, int64_t(options.dtype().itemsize()), &bytes_signed),
+              "mhc: output size overflows");
+  const size_t bytes = size_t(bytes_signed);
   if (!options.device().is_cpu() || bytes < kMinBytes) return at::empty(sizes, options);
   void* buffer = cache().take(bytes);
   return at::from_blob(
