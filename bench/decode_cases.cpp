@@ -269,11 +269,16 @@ DecodeResults run_decode_cases(int threads, int runs, double min_seconds, double
       mhc::Options options;
       options.num_threads = threads;
       AclnnCall aclnn(buffers, stream);
+      const mhc::PreSinkhornForwardInputs engine_in{in.x, in.phi, in.alpha, in.bias, 20};
+      const mhc::PreSinkhornForwardOutputs engine_out{out.h_in, *out.h_post, *out.h_res, {}, {}, {}, {}, {}};
       const SideBySide timed = time_side_by_side(
-          probe, {[&] { require(mhc::pre_forward(in, out, options), "forward"); }, [&] { aclnn(); }}, runs,
-          min_seconds);
+          probe,
+          {[&] { require(mhc::pre_forward(in, out, options), "forward"); }, [&] { aclnn(); },
+           [&] { require(mhc::pre_sinkhorn_forward(engine_in, engine_out, options), "pre_sinkhorn_forward"); }},
+          runs, min_seconds);
       row.cpp = timed.calls[0];
       row.aclnn = timed.calls[1];
+      row.engine_pre = timed.calls[2];
       row.floor_ms = timed.floor.median();
       if (T == 1) {
         floor.timing = timed.floor;

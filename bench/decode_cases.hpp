@@ -1,7 +1,9 @@
 // The decode rows of mhc-bench (shape "decode"): MhcPre's forward at T = 1, 4,
 // 16, 32 and 64 tokens, N = 4, D = 4096 and 7168, bf16 with gamma, timed through
 // the C++ API and through aclnn's two phases (GetWorkspaceSize, then the call:
-// an inference loop runs both every step), each beside a floor probe: the row's
+// an inference loop runs both every step), and the engines' pre (SGLang's
+// hc_pre_fused_cpu: MhcPreSinkhorn, no gamma, 20 Sinkhorn iterations) through the
+// C++ API on the same phi, each beside a floor probe: the row's
 // own phi streamed once through fp32 FMAs against one token's u, on persistent
 // pinned threads that split K, timed in blocks in turn with the row's calls so
 // that their ratio is taken side by side. The calling thread is pinned to the
@@ -27,7 +29,7 @@ struct DecodeRow {
   ShapeSpec shape;
   OperatorCost cost;
   double fma_bound_ms = 0;  // 2 T F K / the FMA peak
-  Timing cpp, aclnn;
+  Timing cpp, aclnn, engine_pre;
   double floor_ms = 0;      // the probe's median over this row's phi, timed beside it
 };
 
