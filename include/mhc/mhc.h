@@ -79,9 +79,25 @@ typedef struct mhc_options {
   int32_t num_threads;      /* 0: MHC_NUM_THREADS or all hardware threads */
   int32_t isa;              /* mhc_isa_id; MHC_ISA_DEFAULT unless a call wants one family */
   int32_t matmul_precision; /* mhc_matmul_precision; default MHC_MATMUL_FP32 */
+  /* Weights prepared once (mhc_prepare_pre), for the calls that run MhcPre's forward
+     (pre, pre_sinkhorn, pre_single_pass and post_pre forwards; any other is
+     MHC_ERR_INVALID). Such a call passes the very views the handle was made from as
+     phi, alpha, bias, gamma. NULL: none. */
+  const struct mhc_prepared_pre *prepared;
 } mhc_options;
 
 MHC_API mhc_options mhc_default_options(void);
+
+/* Constant pre weights prepared once (SPEC §2's phi, alpha, bias, gamma): the forms
+   the kernel families make of them at every call (phi rounded to HF32, the AMX
+   family's packed phi.gamma) made at a call's first use and kept. The handle reads
+   the views' memory at every call: it must outlive the handle, unchanged (prepare
+   again after changing it). A call's outputs are bitwise those of the same call
+   without the handle. Thread-safe: one handle may serve calls on many threads. */
+typedef struct mhc_prepared_pre mhc_prepared_pre;
+MHC_API int mhc_prepare_pre(const mhc_tensor *phi, const mhc_tensor *alpha, const mhc_tensor *bias,
+                            const mhc_tensor *gamma /* nullable */, mhc_prepared_pre **prepared);
+MHC_API void mhc_prepared_free(mhc_prepared_pre *prepared); /* NULL: nothing */
 
 MHC_API int mhc_pre_forward(const mhc_tensor *x, const mhc_tensor *phi, const mhc_tensor *alpha,
                             const mhc_tensor *bias, const mhc_tensor *gamma /* nullable */,

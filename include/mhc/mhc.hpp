@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -97,13 +98,27 @@ enum class Isa : int32_t {
 // and sums are fp32 either way.
 enum class MatmulPrecision : int32_t { fp32 = MHC_MATMUL_FP32, hf32 = MHC_MATMUL_HF32 };
 
+class PreparedPre;
+
 struct Options {
   double norm_eps = 1e-6;
   double hc_eps = 1e-6;
   int num_threads = 0;  // 0: MHC_NUM_THREADS if set, else all hardware threads
   Isa isa = Isa::automatic;  // a family this CPU cannot run is an error naming it
   MatmulPrecision matmul_precision = MatmulPrecision::fp32;
+  // Weights prepared once (prepare_pre) for the calls that run MhcPre's forward
+  // (pre_forward, pre_sinkhorn_forward, pre_single_pass_forward, post_pre_forward;
+  // any other call is an error). The call passes the very views it was made from.
+  const PreparedPre* prepared = nullptr;
 };
+
+// Constant pre weights prepared once: the forms the kernel families make of phi,
+// alpha, bias, gamma at every call (phi rounded to HF32, the AMX family's packed
+// phi.gamma), made at a call's first use and kept. It reads the views' memory at
+// every call: that must outlive it, unchanged (prepare again after a change).
+// Outputs are bitwise those of the same call without it. Thread-safe.
+MHC_API Status prepare_pre(const TensorView& phi, const TensorView& alpha, const TensorView& bias,
+                           const std::optional<TensorView>& gamma, std::shared_ptr<const PreparedPre>* prepared);
 
 // Forward MhcPre (SPEC §2). x is [B,S,N,D] or [T,N,D]; every per-token tensor
 // follows x's layout.

@@ -73,6 +73,12 @@ struct ForwardProblem {
   // stream 0 when select_first_stream; otherwise with h_pre.
   Strided pre_mix;
   bool select_first_stream = false;
+  // Weights prepared once (options.prepared, ops/pre/prepared.hpp) and its id: no
+  // other handle of the process has it, so a primitive cached for a freed handle
+  // never serves one made later at the same address.
+  const PreparedPre* prepared = nullptr;
+  uint64_t prepared_id = 0;
+  bool phi_rounded = false;  // phi already holds HF32 values (the driver's prepared form)
   // The same problem, every field (a primitive cache's key). The eps compare by
   // value: -0 and +0 give the same results, and a NaN never matches (no hit).
   bool operator==(const ForwardProblem&) const = default;

@@ -3,11 +3,18 @@
 #include <cstddef>
 #include <cstring>
 #include <optional>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "faces/guarded.hpp"
 #include "mhc/mhc.h"
 #include "mhc/mhc.hpp"
+
+// The C handle of prepared weights: the C++ one, shared.
+struct mhc_prepared_pre {
+  std::shared_ptr<const mhc::PreparedPre> handle;
+};
 
 namespace {
 
@@ -58,6 +65,8 @@ bool to_options(const mhc_options* o, mhc::Options* options) {
   options->num_threads = o->num_threads;
   options->isa = mhc::Isa(o->isa);  // a value that names no family fails validation
   options->matmul_precision = mhc::MatmulPrecision(o->matmul_precision);  // likewise
+  if (o->struct_size >= offsetof(mhc_options, prepared) + sizeof(o->prepared) && o->prepared != nullptr)
+    options->prepared = o->prepared->handle.get();
   return true;
 }
 
@@ -110,8 +119,23 @@ int guarded(Fn fn) {
 extern "C" {
 
 mhc_options mhc_default_options(void) {
-  return {sizeof(mhc_options), 1e-6, 1e-6, 0, MHC_ISA_DEFAULT, MHC_MATMUL_FP32};
+  return {sizeof(mhc_options), 1e-6, 1e-6, 0, MHC_ISA_DEFAULT, MHC_MATMUL_FP32, nullptr};
 }
+
+int mhc_prepare_pre(const mhc_tensor* phi, const mhc_tensor* alpha, const mhc_tensor* bias,
+                    const mhc_tensor* gamma, mhc_prepared_pre** prepared) {
+  return guarded([&] {
+    for (auto [arg, name] : {std::pair{phi, "phi"}, {alpha, "alpha"}, {bias, "bias"}})
+      if (arg == nullptr) return fail(MHC_ERR_NULLPTR, MHC_ERROR_NULL, std::string(name) + ": required, got NULL");
+    if (prepared == nullptr) return fail(MHC_ERR_NULLPTR, MHC_ERROR_NULL, "prepared: required, got NULL");
+    std::shared_ptr<const mhc::PreparedPre> handle;
+    const mhc::Status s = mhc::prepare_pre(to_view(*phi), to_view(*alpha), to_view(*bias), optional_view(gamma), &handle);
+    if (s.ok()) *prepared = new mhc_prepared_pre{std::move(handle)};
+    return finish(s);
+  });
+}
+
+void mhc_prepared_free(mhc_prepared_pre* prepared) { delete prepared; }
 
 #include "description/operators.def"
 #undef MHC_OPERATOR

@@ -80,7 +80,8 @@ constexpr mhc_field_desc kTensorFields[] = {MHC_FIELD(mhc_tensor, data), MHC_FIE
                                             MHC_FIELD(mhc_tensor, strides)};
 constexpr mhc_field_desc kOptionsFields[] = {
     MHC_FIELD(mhc_options, struct_size), MHC_FIELD(mhc_options, norm_eps),   MHC_FIELD(mhc_options, hc_eps),
-    MHC_FIELD(mhc_options, num_threads), MHC_FIELD(mhc_options, isa), MHC_FIELD(mhc_options, matmul_precision)};
+    MHC_FIELD(mhc_options, num_threads), MHC_FIELD(mhc_options, isa), MHC_FIELD(mhc_options, matmul_precision),
+    MHC_FIELD(mhc_options, prepared)};
 // Every byte of each struct is some field's: a field added to mhc.h and not here fails to compile.
 template <class S, size_t N>
 constexpr bool covers(const mhc_field_desc (&fields)[N]) {

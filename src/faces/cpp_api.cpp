@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "faces/guarded.hpp"
 #include "mhc/mhc.hpp"
@@ -10,6 +11,7 @@
 #include "ops/pre/backward.hpp"
 #include "ops/post/post.hpp"
 #include "ops/pre/forward.hpp"
+#include "ops/pre/prepared.hpp"
 #include "ops/collapse/collapse.hpp"
 #include "ops/post_pre/post_pre.hpp"
 #include "ops/pre_single_pass/pre_single_pass.hpp"
@@ -69,9 +71,20 @@ namespace {
 
 // Every described operator: validate into its problem, run it in the thread's
 // workspace (ops::operators::<name>, in the operator's folder).
+// The operators that run MhcPre's forward take prepared weights (options.prepared).
+template <class Operator>
+constexpr bool kTakesPrepared = std::is_same_v<Operator, ops::operators::pre_forward> ||
+                                std::is_same_v<Operator, ops::operators::pre_sinkhorn_forward> ||
+                                std::is_same_v<Operator, ops::operators::pre_single_pass_forward> ||
+                                std::is_same_v<Operator, ops::operators::post_pre_forward>;
+
 template <class Operator, class Inputs, class Outputs>
 Status run_operator(const Inputs& in, const Outputs& out, const Options& options) {
   return no_throw([&] {
+    if (!kTakesPrepared<Operator> && options.prepared != nullptr)
+      return Status{StatusCode::invalid_argument, ErrorKind::value,
+                    "options.prepared: expected none (prepared weights serve pre_forward, pre_sinkhorn_forward, "
+                    "pre_single_pass_forward and post_pre_forward), got a handle"};
     typename Operator::Problem problem;
     if (Status s = Operator::validate(in, out, options, &problem); !s.ok()) return s;
     return Operator::run(problem, options.num_threads);
@@ -86,6 +99,16 @@ Status run_operator(const Inputs& in, const Outputs& out, const Options& options
   }
 #include "description/operators.def"
 #undef MHC_OPERATOR
+
+Status prepare_pre(const TensorView& phi, const TensorView& alpha, const TensorView& bias,
+                   const std::optional<TensorView>& gamma, std::shared_ptr<const PreparedPre>* prepared) {
+  return no_throw([&] {
+    if (prepared == nullptr) return Status{StatusCode::null_pointer, ErrorKind::null, "prepared: required, got none"};
+    if (Status s = ops::pre::check_weights(phi, alpha, bias, gamma); !s.ok()) return s;
+    *prepared = std::make_shared<const PreparedPre>(phi, alpha, bias, gamma);
+    return Status{};
+  });
+}
 
 const Executor* set_thread_executor(const Executor* executor) { return runtime::set_thread_executor(executor); }
 

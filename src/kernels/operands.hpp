@@ -24,6 +24,7 @@ struct PreShape {
   // preparation); the kernels round u = v * gamma and G as they form them.
   bool hf32 = false;
   int alpha_entries() const { return head ? 1 : two_entry_alpha ? 2 : 3; }
+  bool operator==(const PreShape&) const = default;
 };
 
 // A per-token tensor of fp32 values: token t's row of unit-stride values at

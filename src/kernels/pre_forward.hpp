@@ -99,6 +99,10 @@ struct PreForwardKernels {
   // of scratch_floats); returns whether that part's operands were finite.
   int64_t (*prepared_bytes)(const PreShape&) = nullptr;
   bool (*prepare)(const ForwardOperands&, void* prepared, int64_t part, int64_t parts, float* scratch) = nullptr;
+  // Whether, for this shape, prepare reads only phi, gamma and the shape's dims
+  // other than T, so that its bytes serve every call of the shape whatever T and
+  // x (weights prepared once, ops/pre/prepared.hpp). nullptr: never.
+  bool (*prepare_reads_weights_only)(const PreShape&) = nullptr;
   // Whether the table serves this call (nullptr: every call); the calls it does
   // not serve run on its registry entry's base table, which also finishes its items.
   bool (*applies)(const PreShape&) = nullptr;

@@ -4,7 +4,9 @@
 // decode loop over the same buffers, aclnn's first phase asked again) reuses the
 // plan instead of making it (mhc-bench decode, T=1). Per thread, so no lock, and a
 // primitive is shared (shared_ptr) with the executors that hold it. A primitive
-// holds no value read from the tensors: a hit is the same call as a miss.
+// holds no value read from the tensors, only forms of prepared weights (whose
+// handle's id is in the key and whose views must not change): a hit is the same
+// call as a miss.
 #pragma once
 
 #include <array>

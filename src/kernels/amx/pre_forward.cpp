@@ -458,6 +458,10 @@ int64_t forward_scratch_floats(const PreShape& d) {
          align16(32 * 16 * kMaxFTiles) + 2 * align16(32 * 16) + align16(d.N);
 }
 
+// Calls of more than kDecodeTokens pack phi.gamma alone (pack_steps); fewer tokens'
+// preparation forms x's sums.
+bool forward_prepare_reads_weights_only(const PreShape& d) { return d.T > kDecodeTokens; }
+
 bool forward_prepare(const ForwardOperands& o, void* prepared, int64_t part, int64_t parts, float* /*scratch*/) {
   const Geometry g = geometry(o.shape);
   bool finite = true;
@@ -519,6 +523,7 @@ const PreForwardKernels kPreForward = {.scratch_floats = forward_scratch_floats,
                                        .item_tokens = forward_item_tokens,
                                        .prepared_bytes = forward_prepared_bytes,
                                        .prepare = forward_prepare,
+                                       .prepare_reads_weights_only = forward_prepare_reads_weights_only,
                                        .applies = forward_uses_tiles};
 
 }  // namespace mhc::kernels::amx

@@ -11,6 +11,7 @@
 #include "kernels/pre_forward.hpp"
 #include "mhc/mhc.hpp"
 #include "ops/pre/forward_plan.hpp"
+#include "ops/pre/prepared.hpp"
 
 namespace mhc::ops::pre::forward {
 
@@ -36,6 +37,9 @@ struct Primitive {
   // primitive runs again (the primitive cache), instead of from the caller's stack.
   kernels::ForwardOperands operands;
   size_t workspace_bytes = 0;
+  // A prepared call's forms (ops/pre/prepared.hpp): its phi copy, and its kernels'
+  // preparation, which the run then does not make.
+  std::shared_ptr<const PreparedPre::Form> phi_form, weights_form;
 };
 
 // num_threads <= 0: the default count.

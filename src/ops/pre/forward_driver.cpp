@@ -10,6 +10,7 @@
 #include "ops/pre/forward_plan.hpp"
 #include "ops/primitive_cache.hpp"
 #include "ops/pre/forward.hpp"
+#include "ops/pre/prepared.hpp"
 #include "ops/staging.hpp"
 #include "runtime/thread_pool.hpp"
 
@@ -41,7 +42,7 @@ Staging staging_of(core::ForwardProblem* p) {
   Staging staging;
   if (p->dims.T == 0) return staging;
   staging.add(&p->x, View::stream_rows, false);
-  staging.add(&p->phi, View::matrix, false, p->hf32 ? Rounding::hf32 : Rounding::none);
+  staging.add(&p->phi, View::matrix, false, p->hf32 && !p->phi_rounded ? Rounding::hf32 : Rounding::none);
   staging.add(&p->alpha, View::matrix, false);
   staging.add(&p->bias, View::matrix, false);
   staging.add(&p->gamma, View::matrix, false);
@@ -76,20 +77,67 @@ kernels::ForwardOperands operands_of(const core::ForwardProblem& p) {
   return o;
 }
 
+using Form = PreparedPre::Form;
+using FormKey = PreparedPre::FormKey;
+
+// A prepared call's phi: the handle's contiguous copy, rounded to HF32 for an HF32
+// call, when the call would otherwise stage it; the problem then reads that copy.
+void use_prepared_phi(core::ForwardProblem* p, std::shared_ptr<const Form>* held) {
+  if (p->prepared == nullptr || p->dims.T == 0 || (!p->hf32 && fits(p->phi, View::matrix))) return;
+  FormKey key;
+  key.shape.hf32 = p->hf32;
+  *held = p->prepared->form(key, [&](Form* form) {
+    core::Strided phi = p->phi;
+    Staging staging;
+    staging.add(&phi, View::matrix, false, p->hf32 ? Rounding::hf32 : Rounding::none);
+    form->allocate(staging.workspace_bytes(0));
+    staging.gather(form->data, 0, 1);
+  });
+  const int64_t F = p->phi.shape[2], K = p->phi.shape[3];
+  p->phi.data = (*held)->data;
+  p->phi.stride[3] = 1;
+  p->phi.stride[2] = K;
+  p->phi.stride[1] = p->phi.stride[0] = F * K;
+  p->phi_rounded = p->hf32;
+}
+
+// A prepared call's preparation by its kernels, when it reads the weights alone and
+// they fit the kernels' views as they are: made once with the handle, read by every
+// call of the shape after (mhc-bench decode, prepared rows).
+std::shared_ptr<const Form> family_form(const core::ForwardProblem& p, const kernels::PreForwardKernels& kernels) {
+  const kernels::PreShape shape = shape_of(p);
+  if (p.prepared == nullptr || shape.T == 0 || kernels.prepare == nullptr ||
+      kernels.prepare_reads_weights_only == nullptr || !kernels.prepare_reads_weights_only(shape))
+    return nullptr;
+  for (const core::Strided* weight : {&p.phi, &p.alpha, &p.bias, &p.gamma})
+    if (weight->present() && !fits(*weight, View::matrix)) return nullptr;
+  FormKey key{.kind = FormKey::Kind::family, .isa = p.isa, .table = &kernels, .shape = shape};
+  key.shape.T = 0;
+  return p.prepared->form(key, [&](Form* form) {
+    form->allocate(size_t(kernels.prepared_bytes(shape)));
+    Form scratch;
+    scratch.allocate(size_t(kernels.scratch_floats(shape)) * sizeof(float));
+    form->finite = kernels.prepare(operands_of(p), form->data, 0, 1, static_cast<float*>(scratch.data)) ? 1 : 0;
+  });
+}
+
 }  // namespace
 
 Primitive make_primitive(const core::ForwardProblem& problem, int num_threads) {
   Primitive primitive;
   primitive.problem = problem;
+  use_prepared_phi(&primitive.problem, &primitive.phi_form);
   const Selected selected = select(problem);
   primitive.kernels = selected.kernels;
   primitive.finish = selected.finish;
   primitive.threads = resolve_threads(num_threads);
-  primitive.plan = make_plan(*selected.kernels, shape_of(problem), primitive.threads);
-  core::ForwardProblem staged = problem;
+  primitive.weights_form = family_form(primitive.problem, *selected.kernels);
+  primitive.plan =
+      make_plan(*selected.kernels, shape_of(problem), primitive.threads, primitive.weights_form != nullptr);
+  core::ForwardProblem staged = primitive.problem;
   const Staging staging = staging_of(&staged);
   primitive.staged = staging.any();
-  primitive.operands = operands_of(problem);
+  primitive.operands = operands_of(primitive.problem);
   primitive.workspace_bytes = staging.workspace_bytes(primitive.plan.workspace_bytes);
   return primitive;
 }
@@ -126,8 +174,11 @@ Status run(const Primitive& primitive, void* workspace, size_t workspace_bytes, 
   const kernels::ForwardOperands staged_operands = primitive.staged ? operands_of(staged_problem)
                                                                      : kernels::ForwardOperands{};
   const kernels::ForwardOperands& operands = primitive.staged ? staged_operands : primitive.operands;
-  const Workspace w = lay_out(plan, workspace);
-  if (plan.prepare_parts > 0) {
+  Workspace w = lay_out(plan, workspace);
+  if (primitive.weights_form != nullptr) {
+    const Form& form = *primitive.weights_form;
+    w.prepared = {form.data, const_cast<uint8_t*>(&form.finite), 1};  // read only
+  } else if (plan.prepare_parts > 0) {
     // What a helper reads travels in the job's line (the workspace's address) or
     // stays the same between calls (the primitive), not on this thread's stack,
     // whose lines it would fetch again for every call (mhc-bench decode).

@@ -9,7 +9,8 @@ using kernels::align16;
 using kernels::ceil_div;
 using kernels::round_up;
 
-Plan make_plan(const kernels::PreForwardKernels& kernels, const kernels::PreShape& shape, int threads) {
+Plan make_plan(const kernels::PreForwardKernels& kernels, const kernels::PreShape& shape, int threads,
+               bool weights_prepared) {
   Plan plan;
   const int64_t T = shape.T;
   if (kernels.serial) {  // one item on the calling thread
@@ -28,7 +29,7 @@ Plan make_plan(const kernels::PreForwardKernels& kernels, const kernels::PreShap
   const int prepare_threads = std::max(1, threads);
   plan.threads = int(std::clamp<int64_t>(threads, 1, std::max<int64_t>(1, plan.items)));
   plan.scratch_floats = align16(kernels.scratch_floats(shape));
-  const int64_t prepared = kernels.prepared_bytes ? kernels.prepared_bytes(shape) : 0;
+  const int64_t prepared = kernels.prepared_bytes && !weights_prepared ? kernels.prepared_bytes(shape) : 0;
   plan.prepared_bytes = round_up(prepared, 64);
   plan.prepare_parts = prepared > 0 ? prepare_threads : 0;
   plan.scratch_workers = std::max(plan.threads, plan.prepare_parts);

@@ -38,7 +38,9 @@ struct Workspace {
   float* scratch(int worker) const { return scratch_base + worker * scratch_floats; }
 };
 
-Plan make_plan(const kernels::PreForwardKernels& kernels, const kernels::PreShape& shape, int threads);
+// weights_prepared: the kernels' preparation comes made (a prepared form), none in the workspace.
+Plan make_plan(const kernels::PreForwardKernels& kernels, const kernels::PreShape& shape, int threads,
+               bool weights_prepared = false);
 Workspace lay_out(const Plan& plan, void* workspace);
 
 }  // namespace mhc::ops::pre::forward

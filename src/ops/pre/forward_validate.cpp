@@ -5,6 +5,7 @@
 
 #include "ops/pre/forward.hpp"
 #include "ops/pre/operands.hpp"
+#include "ops/pre/prepared.hpp"
 
 namespace mhc::ops::pre::forward {
 
@@ -16,6 +17,8 @@ Status validate(const PreForwardInputs& in, const PreForwardOutputs& out, const 
   MHC_RETURN_IF_ERROR(check_phi_alpha("phi", in.phi, "alpha", in.alpha, &d));
   MHC_RETURN_IF_ERROR(check_fp32("bias", in.bias, {{{d.F}, {"F"}}}));
   if (in.gamma) MHC_RETURN_IF_ERROR(check_gamma("gamma", *in.gamma, d));
+  if (options.prepared != nullptr)
+    MHC_RETURN_IF_ERROR(check_prepared_views(*options.prepared, in.phi, in.alpha, in.bias, in.gamma));
   if (rules.eps_values) {
     MHC_RETURN_IF_ERROR(check_eps("norm_eps", options.norm_eps));
     MHC_RETURN_IF_ERROR(check_eps("hc_eps", options.hc_eps));
@@ -65,6 +68,8 @@ Status validate(const PreForwardInputs& in, const PreForwardOutputs& out, const 
   problem.hf32 = hf32;
   problem.norm_eps = options.norm_eps;
   problem.hc_eps = options.hc_eps;
+  problem.prepared = options.prepared;
+  problem.prepared_id = options.prepared != nullptr ? options.prepared->id() : 0;
   problem.x = s.resolve(in.x);
   problem.phi = resolve_plain_tensor(in.phi);
   problem.alpha = resolve_plain_tensor(in.alpha);
