@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <thread>
 
 #include "acl/acl.h"
@@ -271,14 +272,22 @@ DecodeResults run_decode_cases(int threads, int runs, double min_seconds, double
       AclnnCall aclnn(buffers, stream);
       const mhc::PreSinkhornForwardInputs engine_in{in.x, in.phi, in.alpha, in.bias, 20};
       const mhc::PreSinkhornForwardOutputs engine_out{out.h_in, *out.h_post, *out.h_res, {}, {}, {}, {}, {}};
+      std::shared_ptr<const mhc::PreparedPre> prepared;
+      require(mhc::prepare_pre(in.phi, in.alpha, in.bias, std::nullopt, &prepared), "prepare_pre");
+      mhc::Options prepared_options = options;
+      prepared_options.prepared = prepared.get();
       const SideBySide timed = time_side_by_side(
           probe,
           {[&] { require(mhc::pre_forward(in, out, options), "forward"); }, [&] { aclnn(); },
-           [&] { require(mhc::pre_sinkhorn_forward(engine_in, engine_out, options), "pre_sinkhorn_forward"); }},
+           [&] { require(mhc::pre_sinkhorn_forward(engine_in, engine_out, options), "pre_sinkhorn_forward"); },
+           [&] {
+             require(mhc::pre_sinkhorn_forward(engine_in, engine_out, prepared_options), "prepared pre_sinkhorn");
+           }},
           runs, min_seconds);
       row.cpp = timed.calls[0];
       row.aclnn = timed.calls[1];
       row.engine_pre = timed.calls[2];
+      row.engine_pre_prepared = timed.calls[3];
       row.floor_ms = timed.floor.median();
       if (T == 1) {
         floor.timing = timed.floor;

@@ -29,7 +29,7 @@ struct DecodeRow {
   ShapeSpec shape;
   OperatorCost cost;
   double fma_bound_ms = 0;  // 2 T F K / the FMA peak
-  Timing cpp, aclnn, engine_pre;
+  Timing cpp, aclnn, engine_pre, engine_pre_prepared;  // the last with options.prepared
   double floor_ms = 0;      // the probe's median over this row's phi, timed beside it
 };
 

@@ -325,8 +325,8 @@ int run(int argc, char** argv) {
     for (const DecodeFloor& f : d.floors)
       std::printf("floor D=%-5lld %10.4f ms  (%s)\n", (long long)f.D, f.timing.median(),
                   floor_blocking_name(f.blocking));
-    std::printf("%-5s %-5s %10s %10s %10s %8s %11s %8s %12s %8s %5s\n", "D", "T", "ms", "aclnn ms", "floor ms",
-                "/floor", "FMA bnd ms", "of FMA", "hc_pre ms", "/floor", "busy");
+    std::printf("%-5s %-5s %10s %10s %10s %8s %11s %8s %12s %8s %12s %8s %5s\n", "D", "T", "ms", "aclnn ms",
+                "floor ms", "/floor", "FMA bnd ms", "of FMA", "hc_pre ms", "/floor", "prepared ms", "/floor", "busy");
     j.key("decode_floors").begin_array();
     for (const DecodeFloor& f : d.floors) {
       j.begin_object();
@@ -337,16 +337,18 @@ int run(int argc, char** argv) {
     j.end_array();
     j.key("decode_cases").begin_array();
     for (const DecodeRow& r : d.rows) {
-      const double ms = r.cpp.median(), acl = r.aclnn.median(), engine = r.engine_pre.median();
-      std::printf("%-5lld %-5lld %10.4f %10.4f %10.4f %7.2fx %11.4f %7.1f%% %12.4f %7.2fx %5.2f\n",
+      const double ms = r.cpp.median(), acl = r.aclnn.median(), engine = r.engine_pre.median(),
+                   prepared = r.engine_pre_prepared.median();
+      std::printf("%-5lld %-5lld %10.4f %10.4f %10.4f %7.2fx %11.4f %7.1f%% %12.4f %7.2fx %12.4f %7.2fx %5.2f\n",
                   (long long)r.shape.D, (long long)r.shape.T, ms, acl, r.floor_ms, acl / r.floor_ms, r.fma_bound_ms,
-                  100.0 * r.fma_bound_ms / acl, engine, engine / r.floor_ms, busy);
+                  100.0 * r.fma_bound_ms / acl, engine, engine / r.floor_ms, prepared, prepared / r.floor_ms, busy);
       j.begin_object();
       j.field("T", r.shape.T).field("N", r.shape.N).field("D", r.shape.D).field("dtype", r.shape.dtype_name());
       j.field("time_ms", ms).field("aclnn_time_ms", acl).field("floor_ms", r.floor_ms);
       j.field("aclnn_over_floor", acl / r.floor_ms).field("fma_bound_ms", r.fma_bound_ms);
       j.field("aclnn_fraction_of_fma_bound", r.fma_bound_ms / acl).field("other_processes_cpus", busy);
       j.field("engine_pre_ms", engine).field("engine_pre_over_floor", engine / r.floor_ms);
+      j.field("engine_pre_prepared_ms", prepared).field("engine_pre_prepared_over_floor", prepared / r.floor_ms);
       j.key("timing").begin_array();
       write_timing(j, r.cpp, cl.threads);
       j.end_array();
@@ -355,7 +357,8 @@ int run(int argc, char** argv) {
     j.end_array();
     std::printf("ms: the C++ API; aclnn ms: GetWorkspaceSize and the call, as an inference step makes them; "
                 "/floor and of FMA (2 T F K at the FMA peak) from the aclnn time; hc_pre ms: the engines' pre "
-                "(MhcPreSinkhorn, no gamma, 20 iterations; SGLang's hc_pre_fused_cpu) through the C++ API.\n");
+                "(MhcPreSinkhorn, no gamma, 20 iterations; SGLang's hc_pre_fused_cpu) through the C++ API; prepared ms: "
+                "the same with its weights prepared once (options.prepared).\n");
   }
   if (!layer_names.empty()) {
     std::printf("\n%-9s %-9s %-28s %10s %6s %8s %10s %7s %5s\n", "operator", "pass", "shape", "ms", "1->n", "GB/s",

@@ -35,6 +35,9 @@ single_pass=True and its carried pre_mix), differentiable in every input:
     torch.ops.mhc.npu_mhc_pre(x, phi, alpha, bias)   # every operator, with meta kernels
     mhc.register_npu_namespace()                     # the same as torch.ops.npu.* (torch_npu's)
 
+    w = mhc.prepare_pre(phi, alpha, bias)            # constant weights prepared once (inference)
+    mhc.npu_mhc_pre(x, phi, alpha, bias, prepared=w)  # the same bits, without re-forming them
+
     mhc.set_isa("portable")   # the kernel family of later calls (None: back to the default)
     mhc.isa(), mhc.available_isas()
 
@@ -55,6 +58,7 @@ from .ops import (get_num_threads, mhc_collapse, mhc_post_pre, mhc_pre_single_pa
                   mhc_pre_sinkhorn_backward, npu_mhc_post, npu_mhc_post_backward, npu_mhc_pre,
                   npu_mhc_pre_backward, npu_mhc_sinkhorn, npu_mhc_sinkhorn_backward, set_num_threads)
 from ._output_cache import get_output_cache, set_output_cache
+from .prepared import PreparedPre, prepare_pre
 from .torch_library import register_npu_namespace  # defines torch.ops.mhc.*
 from . import nn  # mhc.nn: MhcBlock, MhcHead, expand_streams, MhcPre as torch.nn modules
 
@@ -68,5 +72,5 @@ __all__ = [
     "mhc_pre_single_pass", "MhcPreSinglePassFunction", "mhc_collapse", "MhcCollapseFunction",
     "mhc_post_pre", "MhcPostPreFunction", "mhc_rms_norm",
     "set_num_threads", "get_num_threads", "set_output_cache", "get_output_cache",
-    "set_isa", "isa", "available_isas", "register_npu_namespace", "__version__",
+    "set_isa", "isa", "available_isas", "register_npu_namespace", "prepare_pre", "PreparedPre", "__version__",
 ]

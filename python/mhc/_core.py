@@ -151,8 +151,10 @@ def _matmul_precision(inner_precise):
     raise ValueError(f"inner_precise: expected the int 0 (fp32) or 1 (HF32), got {inner_precise!r}")
 
 
-def _options(norm_eps, hc_eps, matmul_precision=_lib.MATMUL_FP32):
+def _options(norm_eps, hc_eps, matmul_precision=_lib.MATMUL_FP32, prepared=None):
+    """The call's mhc_options; prepared: a PreparedPre's library handle, or None."""
     options = _lib.lib.mhc_default_options()
+    options.prepared = prepared
     if norm_eps is not None:  # the backward has no norm_eps: keep the default
         options.norm_eps = norm_eps
     options.hc_eps = hc_eps
@@ -257,7 +259,7 @@ def check_pre_args(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag, inner
     return norm_eps, hc_eps, _matmul_precision(inner_precise)
 
 
-def run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, matmul_precision, with_caches):
+def run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, matmul_precision, with_caches, prepared=None):
     """The library's forward on checked arguments: (h_in, h_post, h_res, inv_rms, h_mix,
     h_pre), the last three None unless with_caches."""
     empty, shape_only = _allocator(x=x, phi=phi, alpha=alpha, bias=bias, gamma=gamma)
@@ -280,7 +282,7 @@ def run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, matmul_precisi
 
     if shape_only:
         return h_in, h_post, h_res, inv_rms, h_mix, h_pre
-    _call("pre_forward", _options(norm_eps, hc_eps, matmul_precision), x=x, phi=phi, alpha=alpha, bias=bias,
+    _call("pre_forward", _options(norm_eps, hc_eps, matmul_precision, prepared), x=x, phi=phi, alpha=alpha, bias=bias,
           gamma=gamma, h_in=h_in, h_post=h_post, h_res=h_res, inv_rms=inv_rms, h_mix=h_mix, h_pre=h_pre)
     return h_in, h_post, h_res, inv_rms, h_mix, h_pre
 
@@ -562,7 +564,7 @@ def _inv_rms_view(inv_rms, x):
     return inv_rms
 
 
-def run_pre_sinkhorn_forward(x, phi, alpha, bias, num_iters, hc_eps, norm_eps, with_caches):
+def run_pre_sinkhorn_forward(x, phi, alpha, bias, num_iters, hc_eps, norm_eps, with_caches, prepared=None):
     """The library's MhcPreSinkhorn on checked arguments, in CANN's order and shapes:
     (h_in, h_post, h_res, h_pre, hc_before_norm, inv_rms, sum_out, norm_out), the last five
     None unless with_caches. h_res [.., N*N]; h_pre [.., N]; hc_before_norm = h_mix [.., F];
@@ -587,7 +589,7 @@ def run_pre_sinkhorn_forward(x, phi, alpha, bias, num_iters, hc_eps, norm_eps, w
         norm_out = empty((slots,) + lead + (n, n), f32)
     if shape_only:
         return h_in, h_post, h_res, h_pre, h_mix, inv_rms, sum_out, norm_out
-    _call("pre_sinkhorn_forward", _options(norm_eps, hc_eps), _PRE_SINKHORN_NAMES, x=x, phi=phi, alpha=alpha,
+    _call("pre_sinkhorn_forward", _options(norm_eps, hc_eps, prepared=prepared), _PRE_SINKHORN_NAMES, x=x, phi=phi, alpha=alpha,
           bias=bias, num_iters=num_iters, h_in=h_in, h_post=h_post, h_res=h_res,
           inv_rms=_inv_rms_view(inv_rms, x), h_mix=h_mix, h_pre=h_pre, norm_out=norm_out, sum_out=sum_out)
     return h_in, h_post, h_res, h_pre, h_mix, inv_rms, sum_out, norm_out
@@ -649,7 +651,8 @@ def check_pre_single_pass_args(x, phi, alpha, bias, pre_mix, gamma, num_iters, h
     return num_iters, hc_eps, norm_eps, sinkhorn_eps
 
 
-def run_pre_single_pass_forward(x, phi, alpha, bias, pre_mix, gamma, num_iters, hc_eps, norm_eps, sinkhorn_eps):
+def run_pre_single_pass_forward(x, phi, alpha, bias, pre_mix, gamma, num_iters, hc_eps, norm_eps, sinkhorn_eps,
+                                prepared=None):
     """The library's MhcPreSinglePass on checked arguments: (h_in, h_pre, h_post, h_res,
     inv_rms, h_mix); h_res [.., N, N] is the Sinkhorn's H, inv_rms and h_mix the backward's
     caches."""
@@ -664,7 +667,7 @@ def run_pre_single_pass_forward(x, phi, alpha, bias, pre_mix, gamma, num_iters, 
     h_mix = empty(lead + (f,), f32)
     if shape_only:
         return h_in, h_pre, h_post, h_res, inv_rms, h_mix
-    _call("pre_single_pass_forward", _options(norm_eps, hc_eps), x=x, phi=phi, alpha=alpha, bias=bias,
+    _call("pre_single_pass_forward", _options(norm_eps, hc_eps, prepared=prepared), x=x, phi=phi, alpha=alpha, bias=bias,
           gamma=gamma, pre_mix=pre_mix, sinkhorn_eps=sinkhorn_eps, num_iters=num_iters, h_in=h_in, h_pre=h_pre,
           h_post=h_post, h_res=h_res, inv_rms=inv_rms, h_mix=h_mix)
     return h_in, h_pre, h_post, h_res, inv_rms, h_mix
@@ -794,7 +797,7 @@ def _post_pre_dims(x, phi):
 
 
 def run_post_pre_forward(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, gamma, single_pass, num_iters, hc_eps,
-                         norm_eps, sinkhorn_eps):
+                         norm_eps, sinkhorn_eps, prepared=None):
     """The library's MhcPostPre on checked arguments: (x_next, h_in, h_pre, h_post_next,
     h_res_next, inv_rms, h_mix); x_next has x's shape and dtype, h_res_next [.., N, N] is site
     s+1's H, inv_rms and h_mix the backward's caches."""
@@ -812,7 +815,7 @@ def run_post_pre_forward(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, gam
     outputs = x_next, h_in, h_pre, h_post_next, h_res_next, inv_rms, h_mix
     if shape_only:
         return outputs
-    _call("post_pre_forward", _options(norm_eps, hc_eps), x=x, h_res=h_res, h_out=h_out, h_post=h_post, phi=phi,
+    _call("post_pre_forward", _options(norm_eps, hc_eps, prepared=prepared), x=x, h_res=h_res, h_out=h_out, h_post=h_post, phi=phi,
           alpha=alpha, bias=bias, gamma=gamma, pre_mix=pre_mix, single_pass=single_pass, sinkhorn_eps=sinkhorn_eps,
           num_iters=num_iters, x_next=x_next, h_in=h_in, h_pre=h_pre, h_post_next=h_post_next,
           h_res_next=h_res_next, inv_rms=inv_rms, h_mix=h_mix)

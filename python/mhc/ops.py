@@ -18,6 +18,7 @@ from ._core import (check_collapse_args, check_post_args, check_post_pre_args, c
                     npu_mhc_sinkhorn_backward, run_collapse_forward, run_post_forward, run_post_pre_forward,
                     run_pre_forward, run_pre_single_pass_forward, run_pre_sinkhorn_forward, run_rms_norm,
                     run_sinkhorn_forward, set_num_threads)
+from .prepared import handle_of
 from .autograd import (MhcCollapseFunction, MhcPostFunction, MhcPostPreFunction, MhcPreFunction,
                        MhcPreSinglePassFunction, MhcPreSinkhornFunction, MhcSinkhornFunction)
 
@@ -30,7 +31,7 @@ def _builds_graph(*inputs):
 
 
 def npu_mhc_pre(x, phi, alpha, bias, *, gamma=None, norm_eps=1e-6, hc_eps=1e-6, out_flag=0,
-                inner_precise=0):
+                inner_precise=0, prepared=None):
     """mHC pre-block forward (SPEC §2), differentiable (SPEC §8).
 
     Returns (h_in, h_post, h_res, inv_rms, h_mix, h_pre); the last three are None
@@ -48,7 +49,11 @@ def npu_mhc_pre(x, phi, alpha, bias, *, gamma=None, norm_eps=1e-6, hc_eps=1e-6, 
     state, not values to train through, so gradients flow from h_in, h_post and h_res
     only. Otherwise (no input requires grad, torch.no_grad, inference_mode) the library
     is called directly.
+
+    prepared: mhc.prepare_pre(phi, alpha, bias, gamma), the weights prepared once (the
+    same bits; see mhc.prepared).
     """
+    handle = handle_of(prepared, phi, alpha, bias, gamma)
     if _builds_graph(x, phi, alpha, bias, gamma):
         outputs = MhcPreFunction.apply(x, phi, alpha, bias, gamma, norm_eps, hc_eps, out_flag,
                                        inner_precise)
@@ -56,7 +61,7 @@ def npu_mhc_pre(x, phi, alpha, bias, *, gamma=None, norm_eps=1e-6, hc_eps=1e-6, 
     norm_eps, hc_eps, precision = check_pre_args(x, phi, alpha, bias, gamma, norm_eps, hc_eps,
                                                  out_flag, inner_precise)
     return run_pre_forward(x, phi, alpha, bias, gamma, norm_eps, hc_eps, precision,
-                           with_caches=bool(out_flag))
+                           with_caches=bool(out_flag), prepared=handle)
 
 
 def npu_mhc_sinkhorn(x, *, eps=1e-6, num_iters=20, out_flag=0):
@@ -98,7 +103,7 @@ def npu_mhc_post(x, h_res, h_out, h_post):
 
 
 def mhc_pre_sinkhorn(x, phi, alpha, bias, hc_mult, num_iters=20, hc_eps=1e-6, norm_eps=1e-6, *,
-                     out_flag=False):
+                     out_flag=False, prepared=None):
     """MhcPreSinkhorn (SPEC §12), CANN's fused pair as its cann_ops_transformer extension
     calls it: MhcPre without gamma, then MhcSinkhorn on h_res with eps = hc_eps; the same
     bits as that chain. x [B,S,N,D] or [T,N,D]; phi [N*N + 2N, N*D], alpha [3], bias
@@ -112,20 +117,21 @@ def mhc_pre_sinkhorn(x, phi, alpha, bias, hc_mult, num_iters=20, hc_eps=1e-6, no
 
     Differentiable (MhcPreSinkhornFunction) when x, phi, alpha or bias requires grad:
     gradients flow from h_in, h_post and h_res through mhc_pre_sinkhorn_backward; the
-    caches are non-differentiable outputs.
+    caches are non-differentiable outputs. prepared: mhc.prepare_pre(phi, alpha, bias).
     """
+    handle = handle_of(prepared, phi, alpha, bias, None)
     if _builds_graph(x, phi, alpha, bias):
         return MhcPreSinkhornFunction.apply(x, phi, alpha, bias, hc_mult, num_iters, hc_eps, norm_eps,
                                             out_flag)
     num_iters, hc_eps, norm_eps, out_flag = check_pre_sinkhorn_args(
         x, phi, alpha, bias, hc_mult, num_iters, hc_eps, norm_eps, out_flag)
     outputs = run_pre_sinkhorn_forward(x, phi, alpha, bias, num_iters, hc_eps, norm_eps,
-                                       with_caches=out_flag)
+                                       with_caches=out_flag, prepared=handle)
     return outputs if out_flag else outputs[:3]
 
 
 def mhc_pre_single_pass(x, phi, alpha, bias, pre_mix=None, *, gamma=None, num_iters=20, hc_eps=1e-6,
-                        norm_eps=1e-6, sinkhorn_eps=None):
+                        norm_eps=1e-6, sinkhorn_eps=None, prepared=None):
     """MhcPreSinglePass (SPEC §14), DeepSeek-V4.1's site: MhcPre's maps (alpha [3], phi
     [N*N + 2N, N*D], bias [N*N + 2N], gamma [N, D] or None), H = MhcSinkhorn(z_res) with
     eps = sinkhorn_eps (None: hc_eps), and h_in[d] = Σ_n pre_mix[n]·x[n, d] (fp32, rounded
@@ -138,13 +144,15 @@ def mhc_pre_single_pass(x, phi, alpha, bias, pre_mix=None, *, gamma=None, num_it
 
     Differentiable (MhcPreSinglePassFunction) when x, phi, alpha, bias, pre_mix or gamma
     requires grad: gradients flow from all four outputs through the library's backward.
+    prepared: mhc.prepare_pre(phi, alpha, bias, gamma).
     """
+    handle = handle_of(prepared, phi, alpha, bias, gamma)
     if _builds_graph(x, phi, alpha, bias, pre_mix, gamma):
         return MhcPreSinglePassFunction.apply(x, phi, alpha, bias, pre_mix, gamma, num_iters, hc_eps, norm_eps,
                                               sinkhorn_eps)
     options = check_pre_single_pass_args(x, phi, alpha, bias, pre_mix, gamma, num_iters, hc_eps, norm_eps,
                                          sinkhorn_eps)
-    return run_pre_single_pass_forward(x, phi, alpha, bias, pre_mix, gamma, *options)[:4]
+    return run_pre_single_pass_forward(x, phi, alpha, bias, pre_mix, gamma, *options, prepared=handle)[:4]
 
 
 def mhc_collapse(x, pre_mix):
@@ -171,7 +179,7 @@ def mhc_rms_norm(x, weight, eps=1e-6):
 
 
 def mhc_post_pre(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix=None, *, single_pass=False, gamma=None,
-                 num_iters=20, hc_eps=1e-6, norm_eps=1e-6, sinkhorn_eps=None):
+                 num_iters=20, hc_eps=1e-6, norm_eps=1e-6, sinkhorn_eps=None, prepared=None):
     """MhcPostPre (SPEC §15), the layer boundary fused: MhcPost of site s, then site s+1's
     pre on the rounded x_next, in one call; the same bits as that unfused chain.
 
@@ -198,15 +206,17 @@ def mhc_post_pre(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix=None, *, sin
     grad h_pre receives through h_in, in V4.1 it is its whole grad. The grad of x_next is
     rounded once to x's dtype, then MhcPostBackward of site s runs on it: this is the
     library's rounding point, not autograd's (the unfused chain under autograd rounds the
-    pre's grad_x, then the sum with x_next's other grad).
+    pre's grad_x, then the sum with x_next's other grad). prepared: mhc.prepare_pre(phi,
+    alpha, bias, gamma), site s+1's weights prepared once.
     """
+    handle = handle_of(prepared, phi, alpha, bias, gamma)
     if _builds_graph(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, gamma):
         return MhcPostPreFunction.apply(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, gamma, single_pass,
                                         num_iters, hc_eps, norm_eps, sinkhorn_eps)
     single_pass, *options = check_post_pre_args(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, single_pass,
                                                  gamma, num_iters, hc_eps, norm_eps, sinkhorn_eps)
     return run_post_pre_forward(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, gamma, single_pass,
-                                *options)[:5]
+                                *options, prepared=handle)[:5]
 
 
 __all__ = ["npu_mhc_pre", "npu_mhc_pre_backward", "npu_mhc_sinkhorn", "npu_mhc_sinkhorn_backward",

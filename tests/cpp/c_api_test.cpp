@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <map>
 #include <set>
 #include <string>
@@ -105,9 +106,12 @@ TEST(CApi, DescriptionTablesAreConsistent) {
   EXPECT_EQ(by_name.at("MAX_ELEMENTS"), MHC_MAX_ELEMENTS);
   int64_t size = 0;
   const mhc_field_desc* fields = mhc_struct_fields("mhc_options", &n_fields, &size);
-  ASSERT_EQ(n_fields, 6);
+  ASSERT_EQ(n_fields, 7);
   EXPECT_EQ(size, int64_t(sizeof(mhc_options)));
   EXPECT_STREQ(fields[0].name, "struct_size");
+  EXPECT_STREQ(fields[6].name, "prepared");
+  EXPECT_EQ(fields[6].kind, MHC_FIELD_POINTER);
+  EXPECT_EQ(fields[6].offset, int64_t(offsetof(mhc_options, prepared)));
   EXPECT_EQ(mhc_struct_fields("no_such_struct", &n_fields, &size), nullptr);
   EXPECT_EQ(n_fields, 0);
 }

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_util.hpp"
@@ -236,6 +237,27 @@ TEST(PreparedPre, NewHandleOverReusedBuffersServesNewValues) {
       EXPECT_EQ(again, pre_forward(c, x, w, options(c, isa, 2, nullptr)));
       EXPECT_NE(again, first);
     }
+}
+
+// Calls on several threads at once through one handle, its forms made by whichever
+// comes first: every thread gets the unprepared bits.
+TEST(PreparedPre, OneHandleServesManyThreads) {
+  for (const Case& c : {Case{.T = 3, .hf32 = true}, Case{.T = 100, .strided_phi = true}}) {
+    Weights w = make_weights(c, 51);
+    Tensor x = make_x(c, 52);
+    const auto want = pre_forward(c, x, w, options(c, mhc::Isa::automatic, 1, nullptr));
+    const auto handle = prepare(w);
+    std::vector<std::vector<std::vector<uint8_t>>> got(4);
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < got.size(); ++i)
+      threads.emplace_back([&, i] {
+        Tensor own_x = x;
+        for (int repeat = 0; repeat < 3; ++repeat)
+          got[i] = pre_forward(c, own_x, w, options(c, mhc::Isa::automatic, 1, handle.get()));
+      });
+    for (std::thread& t : threads) t.join();
+    for (const auto& g : got) EXPECT_EQ(g, want) << c.name(mhc::Isa::automatic, 1);
+  }
 }
 
 TEST(PreparedPre, ErrorsNameTheTensorAndWriteNothing) {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 
 #include "common/described_call.hpp"
@@ -883,7 +884,8 @@ void check_accepted_forward(Case& c, const Arena& arena, bool rerun, const Accep
   }
 
   if (rerun) {
-    // Same call, another thread count, the arena copied to another address.
+    // Same call, another thread count, the arena copied to another address, the
+    // weights prepared once (prepare_pre: accepted weights are accepted there too).
     std::vector<uint8_t> shifted(arena.bytes + 64 + 48);
     uint8_t* sb = shifted.data() + 16;
     while ((reinterpret_cast<uintptr_t>(sb) - reinterpret_cast<uintptr_t>(arena.base)) % 64 == 0) sb += 16;
@@ -891,6 +893,10 @@ void check_accepted_forward(Case& c, const Arena& arena, bool rerun, const Accep
     ForwardCall again = forward_call(c, sb);
     again.options.num_threads = c.problem.threads == 1 ? 3 : 1;
     again.options.matmul_precision = how.precision;
+    std::shared_ptr<const mhc::PreparedPre> prepared;
+    const mhc::Status made = mhc::prepare_pre(again.in.phi, again.in.alpha, again.in.bias, again.in.gamma, &prepared);
+    if (!made.ok()) fail("forward: prepare_pre refused a validated call's weights: " + made.message());
+    again.options.prepared = prepared.get();
     mhc::core::ForwardProblem again_problem;  // through the operator layer: the face's rules
     mhc::Status s2 = mhc::ops::pre::forward::validate(again.in, again.out, again.options, &again_problem,
                                                      {.eps_values = how.eps_values});
@@ -900,7 +906,7 @@ void check_accepted_forward(Case& c, const Arena& arena, bool rerun, const Accep
       for (size_t i = 0; i < arena.bytes; ++i)
         if (sb[i] != arena.base[i])
           fail("forward: a rerun with num_threads=" + std::to_string(again.options.num_threads) +
-               " at another address differs at arena byte " + std::to_string(i));
+               ", prepared weights, at another address differs at arena byte " + std::to_string(i));
     }
   }
 }

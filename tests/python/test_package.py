@@ -169,9 +169,10 @@ def header_structs(text, defines, names=("mhc_tensor", "mhc_options")):
             continue
         fields = []
         for decl in filter(None, (s.strip() for s in m[2].split(";"))):
-            f = re.fullmatch(r"(\w+)\s*(\*?)\s*(\w+)\s*(?:\[\s*(\w+)\s*\])?", decl)
+            f = re.fullmatch(r"(?:const\s+)?(?:struct\s+)?(\w+)\s*(\*?)\s*(\w+)\s*(?:\[\s*(\w+)\s*\])?", decl)
             assert f, f"{m[1]}: cannot parse the field {decl!r}"
-            ctype = C_TYPES[f[1] + (" *" if f[2] else "")]
+            # A pointer to any struct (an opaque handle) is a pointer to ctypes.
+            ctype = C_TYPES["void *" if f[2] else f[1]]
             if f[4]:
                 ctype = ctype * (defines[f[4]] if f[4] in defines else int(f[4]))
             fields.append((f[3], ctype))

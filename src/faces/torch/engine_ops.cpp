@@ -17,6 +17,7 @@
 
 #include "faces/torch/arguments.hpp"
 #include "faces/torch/output_cache.hpp"
+#include "faces/torch/prepared_cache.hpp"
 #include "mhc/mhc.hpp"
 
 namespace mhc::torch_face {
@@ -51,6 +52,15 @@ Options options(double norm_eps = 1e-6, double hc_eps = 1e-6) {
   o.norm_eps = norm_eps;
   o.hc_eps = hc_eps;
   o.num_threads = at::get_num_threads();
+  return o;
+}
+
+// The same options with the engine's weights prepared once (prepared_cache.hpp): the
+// handle is kept in *held for the call's duration.
+Options prepared(Options o, std::shared_ptr<const PreparedPre>* held, const Tensor& phi, const TensorView& phi_view,
+                 const Tensor& alpha, const TensorView& alpha_view, const Tensor& bias, const TensorView& bias_view) {
+  *held = prepared_weights(phi, phi_view, alpha, alpha_view, bias, bias_view);
+  o.prepared = held->get();
   return o;
 }
 
@@ -109,9 +119,10 @@ std::tuple<Tensor, Tensor, Tensor> hc_pre_fused_cpu(const Tensor& x, const Tenso
   if (!s.flat.is_meta()) {
     const PreSinkhornForwardInputs in{view_of(s.flat, "x"), view_of(hc_fn, "hc_fn"), view_of(hc_scale, "hc_scale"),
                                       view_of(hc_base, "hc_base"), sinkhorn_iters};
+    std::shared_ptr<const PreparedPre> held;
+    const Options o = prepared(options(rms_eps, hc_eps), &held, hc_fn, in.phi, hc_scale, in.alpha, hc_base, in.bias);
     raise_on_error(
-        pre_sinkhorn_forward(in, {view_of(y, "y"), view_of(post, "post"), view_of(comb, "comb"), {}, {}, {}, {}, {}},
-                             options(rms_eps, hc_eps)),
+        pre_sinkhorn_forward(in, {view_of(y, "y"), view_of(post, "post"), view_of(comb, "comb"), {}, {}, {}, {}, {}}, o),
         {{"phi", "hc_fn"}, {"alpha", "hc_scale"}, {"bias", "hc_base"}, {"num_iters", "sinkhorn_iters"}});
   }
   return {y.view(with_lead(s, {s.D})), post.view(with_lead(s, {s.N})), comb.view(with_lead(s, {s.N, s.N}))};
@@ -159,7 +170,9 @@ Tensor hc_head_fused_cpu(const Tensor& x, const Tensor& hc_fn, const Tensor& hc_
   if (!s.flat.is_meta()) {
     const PreForwardInputs in{view_of(s.flat, "x"), view_of(hc_fn, "hc_fn"), view_of(hc_scale.reshape({1}), "hc_scale"),
                               view_of(hc_base, "hc_base"), std::nullopt};
-    raise_on_error(pre_forward(in, {view_of(h, "h"), {}, {}, {}, {}, {}}, options(norm_eps, hc_eps)),
+    std::shared_ptr<const PreparedPre> held;  // identity and version: the caller's hc_scale
+    const Options o = prepared(options(norm_eps, hc_eps), &held, hc_fn, in.phi, hc_scale, in.alpha, hc_base, in.bias);
+    raise_on_error(pre_forward(in, {view_of(h, "h"), {}, {}, {}, {}, {}}, o),
                    {{"phi", "hc_fn"}, {"alpha", "hc_scale"}, {"bias", "hc_base"}});
   }
   return h.view(with_lead(s, {s.D}));
@@ -199,7 +212,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> site_pre(const Streams& s, const Tens
   if (s.flat.is_meta()) return {h_in, h_post, comb, h_pre};
   const TensorView x = view_of(s.flat, "residual"), phi = view_of(fn, "fn"), alpha = view_of(hc_scale, "hc_scale"),
                    bias = view_of(hc_base, "hc_base");
-  const Options o = options(rms_eps, hc_pre_eps);
+  std::shared_ptr<const PreparedPre> held;
+  const Options o = prepared(options(rms_eps, hc_pre_eps), &held, fn, phi, hc_scale, alpha, hc_base, bias);
   if (single_pass) {
     std::optional<TensorView> carried_view;
     if (carried.defined()) carried_view = view_of(carried, "pre_mix");
@@ -221,7 +235,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> site_pre(const Streams& s, const Tens
     raise_on_error(pre_forward({x, phi, alpha, bias, std::nullopt},
                                {view_of(h_in, "layer_input"), view_of(h_post, "post"), view_of(z, "z"), {}, {}, {}}, o),
                    kSiteNames);
-    raise_on_error(sinkhorn_forward({view_of(z, "z"), hc_sinkhorn_eps, repeat}, {view_of(comb, "comb"), {}, {}}, o),
+    raise_on_error(sinkhorn_forward({view_of(z, "z"), hc_sinkhorn_eps, repeat}, {view_of(comb, "comb"), {}, {}},
+                                    options()),
                    kSiteNames);
   }
   return {h_in, h_post, comb, h_pre};
@@ -276,11 +291,14 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> mhc_fused_post_pre(
                                   view_of(h_post_in, "post_layer_mix"), view_of(fn, "fn"),
                                   view_of(hc_scale, "hc_scale"), view_of(hc_base, "hc_base"), std::nullopt,
                                   std::nullopt, 0, hc_sinkhorn_eps, sinkhorn_repeat};
+    std::shared_ptr<const PreparedPre> held;
+    const Options o =
+        prepared(options(rms_eps, hc_pre_eps), &held, fn, in.phi, hc_scale, in.alpha, hc_base, in.bias);
     raise_on_error(post_pre_forward(in,
                                     {view_of(x_next, "residual_cur"), view_of(h_in, "layer_input_cur"),
                                      view_of(h_pre, "h_pre"), view_of(h_post, "post_cur"), view_of(comb, "comb_cur"),
                                      view_of(inv_rms, "inv_rms"), view_of(h_mix, "h_mix")},
-                                    options(rms_eps, hc_pre_eps)),
+                                    o),
                    {{"x", "residual"}, {"h_res", "comb_res_mix"}, {"h_out", "x"}, {"h_post", "post_layer_mix"},
                     {"phi", "fn"}, {"alpha", "hc_scale"}, {"bias", "hc_base"}, {"num_iters", "sinkhorn_repeat"},
                     {"sinkhorn_eps", "hc_sinkhorn_eps"}});
@@ -364,6 +382,12 @@ TORCH_LIBRARY(mhc_engines, m) {
          "mhc_fused_post_pre", TORCH_FN(mhc_fused_post_pre));
   define(m, "rms_norm(Tensor x, Tensor weight, float eps) -> Tensor", "rms_norm", TORCH_FN(rms_norm));
   m.def("register_sgl_kernel() -> bool", TORCH_FN(register_sgl_kernel));
+  // The implicit cache of prepared weights: [weight sets held, handles made]; clearing it.
+  m.def("prepared_cache_info() -> int[]", [] {
+    const PreparedCacheInfo info = prepared_cache_info();
+    return std::vector<int64_t>{info.entries, info.made};
+  });
+  m.def("clear_prepared_cache() -> ()", [] { clear_prepared_cache(); });
 }
 
 }  // namespace mhc::torch_face
