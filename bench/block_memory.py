@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """What a stack of mhc.nn.MhcBlocks keeps for the backward, with and without recompute,
-and the torch-ops twin's (mhc.nn.reference.ReferenceMhcBlock) for comparison.
+as mhc.nn.MhcStack (fused boundaries) with and without recompute_every, and the torch-ops
+twin's (mhc.nn.reference.ReferenceMhcBlock) for comparison.
 
 Two measures, each configuration in a fresh subprocess:
   - saved: the bytes of the distinct storages autograd keeps after the forward
@@ -18,7 +19,7 @@ nothing), "tanh" (keeps its output, T*D in x's dtype) or "linear" (a D x D bf16 
 layer, keeps its input). x is [T, N, D].
 
     /usr/bin/python3 bench/block_memory.py [--blocks 8 --tokens 4096 --streams 4
-        --hidden 1024 --dtype bf16 --sublayer neg --threads 2] [--json out.json]
+        --hidden 1024 --dtype bf16 --sublayer neg --threads 2 --every 4] [--json out.json]
 """
 import argparse
 import json
@@ -36,7 +37,7 @@ import mhc  # noqa: E402  (the package of this repository)
 from mhc.nn.reference import ReferenceMhcBlock  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-CONFIGS = ("mhc", "mhc-recompute", "reference")
+CONFIGS = ("mhc", "mhc-recompute", "stack", "stack-every", "reference")  # stack-every: recompute_every=--every
 MIB = 1 << 20
 
 
@@ -62,8 +63,12 @@ def build(args, config):
     torch.manual_seed(0)
     dtype = DTYPES[args.dtype]
     cls = ReferenceMhcBlock if config == "reference" else mhc.nn.MhcBlock
-    blocks = nn.Sequential(*[cls(args.streams, args.hidden, sublayer(args.sublayer, args.hidden, dtype),
-                                 recompute=config == "mhc-recompute") for _ in range(args.blocks)])
+    blocks = [cls(args.streams, args.hidden, sublayer(args.sublayer, args.hidden, dtype),
+                  recompute=config == "mhc-recompute") for _ in range(args.blocks)]
+    if config.startswith("stack"):
+        blocks = mhc.nn.MhcStack(blocks, recompute_every=args.every if config == "stack-every" else None)
+    else:
+        blocks = nn.Sequential(*blocks)
     x = torch.randn(args.tokens, args.streams, args.hidden).to(dtype).requires_grad_()
     return blocks, x
 
@@ -104,6 +109,7 @@ def main():
     p.add_argument("--dtype", choices=DTYPES, default="bf16")
     p.add_argument("--sublayer", choices=("neg", "tanh", "linear"), default="neg")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--every", type=int, default=4, help="stack-every's recompute_every")
     p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ",".join(CONFIGS))
     p.add_argument("--json", default=None)
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # the subprocess's configuration
@@ -125,7 +131,7 @@ def main():
         argv = [sys.executable, os.path.abspath(__file__), "--one", config] + [
             f"--{k}={v}" for k, v in (("blocks", args.blocks), ("tokens", t), ("streams", n), ("hidden", d),
                                       ("dtype", args.dtype), ("sublayer", args.sublayer),
-                                      ("threads", args.threads))]
+                                      ("threads", args.threads), ("every", args.every))]
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
         rows[config] = json.loads(proc.stdout.strip().splitlines()[-1])
         r = rows[config]
@@ -134,6 +140,11 @@ def main():
     if "mhc" in rows and "mhc-recompute" in rows:
         a, b = rows["mhc"], rows["mhc-recompute"]
         print(f"# recompute keeps {(a['saved'] - b['saved']) / MIB:.1f} MiB less "
+              f"({100 * (1 - b['saved'] / a['saved']):.1f} %); its peak is {(a['peak'] - b['peak']) / MIB:.1f} MiB "
+              f"lower")
+    if "stack" in rows and "stack-every" in rows:
+        a, b = rows["stack"], rows["stack-every"]
+        print(f"# recompute_every={args.every} keeps {(a['saved'] - b['saved']) / MIB:.1f} MiB less than the stack "
               f"({100 * (1 - b['saved'] / a['saved']):.1f} %); its peak is {(a['peak'] - b['peak']) / MIB:.1f} MiB "
               f"lower")
     if args.json:

@@ -66,13 +66,13 @@ def perturb(module, seed):
                     m.gamma.add_(0.3 * torch.randn(m.gamma.shape, generator=gen))
 
 
-def make_stack(variant, recompute=(False,) * SITES, sub=Sub, seed=0):
+def make_stack(variant, recompute=(False,) * SITES, sub=Sub, seed=0, recompute_every=None):
     torch.manual_seed(seed)
     single_pass = variant == "v4.1"
     blocks = [mhc.nn.MhcBlock(N, D, sub(D, 24 + 8 * i) if sub is not Neg else Neg(), single_pass=single_pass,
                               recompute=r) for i, r in enumerate(recompute)]
     head = mhc.nn.MhcHead(N, D) if variant == "v4" else None
-    stack = mhc.nn.MhcStack(blocks, head=head)
+    stack = mhc.nn.MhcStack(blocks, head=head, recompute_every=recompute_every)
     perturb(stack, seed + 100)
     return stack
 
@@ -156,6 +156,52 @@ def test_the_boundaries_are_the_fused_operators(variant, monkeypatch):
     stack = make_stack(variant)
     run(stack, stack, make_x(torch.bfloat16))
     assert calls == {"run_post_pre_forward": SITES - 1, "run_post_pre_backward": SITES - 1}
+
+
+EVERY_SITES = 5
+
+
+@pytest.mark.parametrize("every", [2, 3, 5, 7])
+@pytest.mark.parametrize("recompute", ["", "mixed"])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_recompute_every_gives_the_same_bits(variant, recompute, every):
+    """recompute_every=k: the output and every gradient bitwise those of the stack keeping
+    every stream (5 sites: segments of k sites, the last one short or the whole stack)."""
+    per_block = [r == "1" for r in "10110"] if recompute == "mixed" else [False] * EVERY_SITES
+    stack = make_stack(variant, per_block, recompute_every=every)
+    x = make_x(torch.bfloat16)
+    replayed = run(stack, stack, x)
+    stack.recompute_every = None
+    assert_runs_equal(replayed, run(stack, stack, x), f"{variant} recompute_every={every}")
+
+
+@pytest.mark.parametrize("variant", ["v4-nohead", "v4.1"])
+def test_recompute_every_keeps_fewer_streams(variant):
+    """With a sub-layer that keeps nothing, k = 2 over 5 sites keeps x_0, x_2, x_4 of the
+    five streams x_0..x_4 the backward reads: two streams fewer (T*N*D in x's dtype each),
+    the H and h_post of the sites it replays kept instead where a block recomputes."""
+    x = make_x(torch.bfloat16).requires_grad_()
+    every = make_stack(variant, [False] * EVERY_SITES, sub=Neg, recompute_every=2)
+    fewer, _ = saved_activation_bytes(every, every, x)
+    every.recompute_every = None
+    all_kept, _ = saved_activation_bytes(every, every, x)
+    stream = LEAD[0] * LEAD[1] * N * D * 2
+    assert all_kept - fewer == 2 * stream
+    # Its rebuilt streams: at most k - 1 alive at once in the backward.
+    every.recompute_every = 2
+    alive = []
+    original = mhc.nn.stack._Streams.get
+
+    def counting(self, site):
+        value = original(self, site)
+        alive.append(len(self.rebuilt))
+        return value
+    mhc.nn.stack._Streams.get = counting
+    try:
+        run(every, every, make_x(torch.bfloat16))
+    finally:
+        mhc.nn.stack._Streams.get = original
+    assert alive and max(alive) == 1
 
 
 @pytest.mark.parametrize("variant", ["v4", "v4.1"])
@@ -297,5 +343,8 @@ def test_errors():
         mhc.nn.MhcStack([nn.Identity()])
     with pytest.raises(TypeError, match="head"):
         mhc.nn.MhcStack(v4, head=lambda t: t)
+    for bad in (0, -2, True, 1.5, "2"):
+        with pytest.raises(ValueError, match=r"^recompute_every: expected None or an int >= 1"):
+            mhc.nn.MhcStack(v4, recompute_every=bad)
     with pytest.raises(ValueError, match=r"\[\.\., 4, 32\]"):
         mhc.nn.MhcStack(v4)(torch.randn(3, 4, 16))

@@ -168,32 +168,39 @@ class _PostSide(torch.autograd.Function):
     """(x, H, h_out, h_post) -> x_next, x detached by the caller. Keeps x and h_out and,
     without recompute, H and h_post; with recompute the pre side's inputs instead (phi,
     alpha, bias, gamma, pre_mix: given only then), from which its backward recomputes the
-    pre forward and hands its caches on to the pre side's backward."""
+    pre forward and hands its caches on to the pre side's backward. streams, site: MhcStack's
+    _Streams with recompute_every and the site's index (x kept only at its checkpoints;
+    None, None: x kept)."""
 
     @staticmethod
-    def forward(ctx, x, h, h_out, h_post, phi, alpha, bias, gamma, pre_mix, handoff, cfg):
+    def forward(ctx, x, h, h_out, h_post, phi, alpha, bias, gamma, pre_mix, handoff, cfg, streams, site):
         out = run_post_forward(x, h, h_out, h_post)
-        ctx.cfg, ctx.handoff = cfg, handoff
+        ctx.cfg, ctx.handoff, ctx.streams, ctx.site = cfg, handoff, streams, site
         ctx.set_materialize_grads(False)
+        kept_x = x if streams is None else streams.keep(site, x)  # MhcStack's recompute_every
         if cfg.recompute:
-            ctx.save_for_backward(x, h_out, phi, alpha, bias, gamma, pre_mix)
+            ctx.save_for_backward(kept_x, h_out, phi, alpha, bias, gamma, pre_mix)
         else:
-            ctx.save_for_backward(x, h_out, h, h_post)
+            ctx.save_for_backward(kept_x, h_out, h, h_post)
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out):
-        none = (None,) * 7  # phi, alpha, bias, gamma, pre_mix (theirs come from the pre side), handoff, cfg
+        # phi, alpha, bias, gamma, pre_mix (theirs come from the pre side), handoff, cfg, streams, site
+        none = (None,) * 9
         if grad_out is None:
             return (None, None, None, None) + none
         cfg, handoff = ctx.cfg, ctx.handoff
         if cfg.recompute:
             x, h_out, *inputs = ctx.saved_tensors
-            outputs, handoff.forward = _pre_forward(x, *inputs, cfg)
-            h_post, h = outputs[-2:]
         else:
             x, h_out, h, h_post = ctx.saved_tensors
+        if x is None:
+            x = ctx.streams.get(ctx.site)
+        if cfg.recompute:
+            outputs, handoff.forward = _pre_forward(x, *inputs, cfg)
+            h_post, h = outputs[-2:]
         grad_x, grad_h, grad_h_out, grad_h_post = run_post_backward(
             grad_out, x, h, h_out, h_post, torch.float32, with_grad_h_res=True)
         handoff.grad_x = grad_x
@@ -269,7 +276,7 @@ class MhcBlock(MhcParameters):
             h_post, h = outputs[-2:]
             h_out = self._sublayer_tokens(outputs[0], lead, xt.dtype)
             kept = params + (pm,) if cfg.recompute else (None,) * 5
-            out = _PostSide.apply(xt.detach(), h, h_out, h_post, *kept, handoff, cfg)
+            out = _PostSide.apply(xt.detach(), h, h_out, h_post, *kept, handoff, cfg, None, None)
             h_pre = outputs[1] if self.single_pass else None
         out = out if xt is x else out.view(x.shape)
         if not self.single_pass:

@@ -25,9 +25,47 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .._core import run_post_pre_backward, run_post_pre_forward
+from .._core import run_post_forward, run_post_pre_backward, run_post_pre_forward
 from ..ops import mhc_collapse, npu_mhc_post
 from .block import MhcBlock, _Config, _Handoff, _pre_forward, _PostSide, _PreSide, _take_caches
+
+
+class _Streams:
+    """The streams of one call of a stack with recompute_every=k: x_s kept only where s is a
+    multiple of k (x_0 the input); the others rebuilt in the backward by replaying MhcPost
+    from the kept one before them, x_{j+1} = MhcPost(x_j, H_j, y_j, h_post_j) (the bits the
+    forward's MhcPostPre wrote), with each site's H, y and h_post kept for that. A rebuilt
+    stream lives until the boundary before it is done with it, so at most k - 1 of them
+    exist at a time."""
+
+    def __init__(self, every):
+        self.every = every
+        self.kept, self.posts, self.rebuilt = {}, {}, {}
+
+    def keep(self, site, x):
+        """x_site if it is a checkpoint (recorded here too), else None: what a Function saves."""
+        if site % self.every:
+            return None
+        self.kept[site] = x.detach()
+        return x
+
+    def record_post(self, site, h, h_out, h_post):
+        self.posts[site] = (h.detach(), h_out.detach(), h_post.detach())
+
+    def get(self, site):
+        if site in self.kept:
+            return self.kept[site]
+        if site not in self.rebuilt:
+            first = site - site % self.every
+            x = self.kept[first]
+            for j in range(first, site):
+                x = run_post_forward(x, *self.posts[j])
+                self.rebuilt[j + 1] = x
+        return self.rebuilt[site]
+
+    def release(self, site):
+        """A rebuilt x_site is needed no more (its boundary's backward and the next are done)."""
+        self.rebuilt.pop(site, None)
 
 
 class _Boundary(torch.autograd.Function):
@@ -39,21 +77,29 @@ class _Boundary(torch.autograd.Function):
     Keeps x_s, y_s, x_{s+1} and site s+1's inputs; without site s's recompute H_s and
     h_post_s, with it site s's pre inputs, from which its backward recomputes site s's pre
     forward (handing its caches on); without site s+1's recompute its pre caches (inv_rms,
-    h_mix, h_pre, h_post: no z_res, which the fused backward forms again from them)."""
+    h_mix, h_pre, h_post: no z_res, which the fused backward forms again from them).
+    With streams (recompute_every) x_s is kept only at a checkpoint and x_{s+1} not at all;
+    H_s and h_post_s are kept then whatever site s's recompute, for the replay."""
 
     @staticmethod
     def forward(ctx, x, h, h_out, h_post, phi_s, alpha_s, bias_s, gamma_s, pre_mix_s, phi, alpha, bias, gamma,
-                pre_mix, handoff_s, handoff, cfg_s, cfg):
+                pre_mix, handoff_s, handoff, cfg_s, cfg, streams, site):
         x_next, h_in, h_pre, h_post_next, h_next, inv_rms, h_mix = run_post_pre_forward(
             x, h, h_out, h_post, phi, alpha, bias, pre_mix, gamma, int(cfg.single_pass), cfg.num_iters, cfg.hc_eps,
             cfg.norm_eps, cfg.sinkhorn_eps)
-        ctx.cfgs, ctx.handoffs = (cfg_s, cfg), (handoff_s, handoff)
+        ctx.cfgs, ctx.handoffs, ctx.streams, ctx.site = (cfg_s, cfg), (handoff_s, handoff), streams, site
         ctx.h_in_shape = h_in.shape
         ctx.set_materialize_grads(False)
         ctx.mark_non_differentiable(x_next)
         post = (phi_s, alpha_s, bias_s, gamma_s, pre_mix_s) if cfg_s.recompute else (h, h_post)
         caches = () if cfg.recompute else (inv_rms, h_mix, h_pre, h_post_next)
-        ctx.save_for_backward(x, h_out, x_next, phi, alpha, bias, gamma, pre_mix, *post, *caches)
+        kept_x, kept_x_next, replay = x, x_next, ()
+        if streams is not None:
+            kept_x, kept_x_next = streams.keep(site, x), None
+            streams.record_post(site, h, h_out, h_post)
+            replay = (h, h_post) if cfg_s.recompute else ()  # saved with the rest: counted as kept
+        ctx.save_for_backward(kept_x, h_out, kept_x_next, phi, alpha, bias, gamma, pre_mix, *post, *caches, *replay)
+        ctx.replayed = len(replay)
         if cfg.single_pass:
             return x_next, h_in, h_pre, h_post_next, h_next
         return x_next, h_in, h_post_next, h_next
@@ -67,8 +113,13 @@ class _Boundary(torch.autograd.Function):
         grad_x_next, handoff.grad_x = handoff.grad_x, None
         if grad_x_next is None and all(g is None for g in grads):
             handoff.forward = None
+            if ctx.streams is not None:
+                ctx.streams.release(ctx.site + 1)
             return (None,) * len(needs)
+        saved = saved[:len(saved) - ctx.replayed]
         x, h_out, x_next = saved[:3]
+        if ctx.streams is not None:
+            x, x_next = ctx.streams.get(ctx.site), ctx.streams.get(ctx.site + 1)
         inputs = saved[3:8]  # site s+1's phi, alpha, bias, gamma, pre_mix
         if cfg_s.recompute:
             outputs, handoff_s.forward = _pre_forward(x, *saved[8:13], cfg_s)
@@ -98,9 +149,11 @@ class _Boundary(torch.autograd.Function):
             cfg.norm_eps, cfg.sinkhorn_eps, grad_x_dtype=f32, with_grad_h_res=needs[1],
             with_grad_pre_mix=needs[13])
         handoff_s.grad_x = grad_x
+        if ctx.streams is not None:
+            ctx.streams.release(ctx.site + 1)
         grads = (None, grad_h_s, grad_h_out, grad_h_post_s) + (None,) * 5 + (
             grad_phi, grad_alpha, grad_bias, grad_gamma, grad_pre_mix)
-        return tuple(g if need else None for g, need in zip(grads, needs)) + (None,) * 4
+        return tuple(g if need else None for g, need in zip(grads, needs)) + (None,) * 6
 
 
 class MhcStack(nn.Module):
@@ -117,14 +170,24 @@ class MhcStack(nn.Module):
             blocks'.
         head: V4 only (ValueError for V4.1): a module applied to x_L, e.g. mhc.nn.MhcHead;
             None returns x_L.
+        recompute_every: k (an int >= 1) keeps for the backward the streams entering every
+            k-th block only (x_0, x_k, x_2k, ...) and rebuilds the others in the backward by
+            replaying the post chain x_{s+1} = MhcPost(x_s, H_s, y_s, h_post_s) from the one
+            kept before them (no sub-layer runs again); H_s, h_post_s and the sub-layer's
+            output y_s are kept per site. At most k - 1 rebuilt streams exist at a time.
+            Gradients are bitwise those without it. None (or 1): every stream kept.
 
     forward(x [.., N, D]) -> V4: head(x_L) or x_L; V4.1: mhc.mhc_collapse(x_L, h_pre of
     the last site) [.., D] (the first site collapses stream 0). Without grad mode (or with
     nothing in the stack and x requiring grad) the operators run without caches.
     """
 
-    def __init__(self, blocks, head=None):
+    def __init__(self, blocks, head=None, recompute_every=None):
         super().__init__()
+        if recompute_every is not None and (isinstance(recompute_every, bool) or not isinstance(recompute_every, int)
+                                            or recompute_every < 1):
+            raise ValueError(f"recompute_every: expected None or an int >= 1, got {recompute_every!r}")
+        self.recompute_every = recompute_every
         blocks = list(blocks)
         if not blocks:
             raise ValueError("MhcStack: expected at least one MhcBlock")
@@ -178,6 +241,7 @@ class MhcStack(nn.Module):
         """The Functions of the module docstring: (x_L, the last site's h_pre or None)."""
         cfgs = [_Config(b, xt, *p) for b, p in zip(blocks, params)]
         handoffs = [_Handoff() for _ in blocks]
+        streams = _Streams(self.recompute_every) if (self.recompute_every or 1) > 1 else None
         outputs = _PreSide.apply(xt, *params[0], None, handoffs[0], cfgs[0])
         x, pre_mix = xt.detach(), None
         for s in range(len(blocks) - 1):
@@ -186,11 +250,11 @@ class MhcStack(nn.Module):
             own = params[s] + (pre_mix,) if cfgs[s].recompute else (None,) * 5
             pre_mix = outputs[1] if self.single_pass else None
             x, *outputs = _Boundary.apply(x, h, h_out, h_post, *own, *params[s + 1], pre_mix, handoffs[s],
-                                          handoffs[s + 1], cfgs[s], cfgs[s + 1])
+                                          handoffs[s + 1], cfgs[s], cfgs[s + 1], streams, s)
         h_post, h = outputs[-2:]
         h_out = blocks[-1]._sublayer_tokens(outputs[0], lead, xt.dtype)
         own = params[-1] + (pre_mix,) if cfgs[-1].recompute else (None,) * 5
-        x_last = _PostSide.apply(x, h, h_out, h_post, *own, handoffs[-1], cfgs[-1])
+        x_last = _PostSide.apply(x, h, h_out, h_post, *own, handoffs[-1], cfgs[-1], streams, len(blocks) - 1)
         return x_last, (outputs[1] if self.single_pass else None)
 
     def _forward_direct(self, blocks, xt, lead, params):
@@ -213,7 +277,8 @@ class MhcStack(nn.Module):
         return npu_mhc_post(x, h, h_out, h_post), (outputs[1] if self.single_pass else None)
 
     def extra_repr(self):
-        return f"{len(self)} sites, {'V4.1 (single_pass)' if self.single_pass else 'V4'}"
+        every = f", recompute_every={self.recompute_every}" if self.recompute_every else ""
+        return f"{len(self)} sites, {'V4.1 (single_pass)' if self.single_pass else 'V4'}{every}"
 
 
 __all__ = ["MhcStack"]
