@@ -25,6 +25,7 @@ struct PostForwardOperands {
   StreamRows<const void> h_out;    // [T][1][D]
   TokenRows<const float> h_post;   // [T][N]
   StreamRows<void> out;            // [T][N][D]
+  bool streaming_stores = true;    // outputs far larger than the caches may bypass them (the driver's policy)
 };
 
 struct PostBackwardOperands {
@@ -38,6 +39,7 @@ struct PostBackwardOperands {
   TokenRows<float> grad_h_res;      // [T][N*N], or absent
   StreamRows<void> grad_h_out;      // [T][1][D]
   TokenRows<float> grad_h_post;     // [T][N]
+  bool streaming_stores = true;     // as the forward's
 };
 
 struct PostKernels {

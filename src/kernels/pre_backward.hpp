@@ -69,6 +69,7 @@ struct BackwardOperands {
   Matrix<float> grad_gamma;            // [N][D], or absent
   float* grad_alpha = nullptr;         // [alpha_entries()]
   float* grad_bias = nullptr;          // [F]
+  bool streaming_stores = true;        // grad_x far larger than the caches may bypass them (the driver's policy)
 };
 
 // One backward call of a phase: the operands, the buffers, the chunk's lane, the worker's scratch.

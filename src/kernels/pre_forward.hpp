@@ -69,6 +69,7 @@ struct ForwardOperands {
   // present, else the token's own h_pre; select_first_stream: h_in = stream 0.
   TokenRows<const float> pre_mix;  // [T][N], or absent
   bool select_first_stream = false;
+  bool streaming_stores = true;  // h_in far larger than the caches may bypass them (the driver's policy)
 };
 
 // The forward after m = phi.u, for tokens [t0, t1): per token sum(v^2) from 16

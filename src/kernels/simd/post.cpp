@@ -48,7 +48,9 @@ HWY_INLINE void StoreColumns(DF df, VF v, void* base, int64_t offset, int64_t va
   for (int64_t i = 0; i < valid; ++i) core::store_element(base, T, offset + i, lanes[i]);
 }
 
-bool Streams(const PostShape& s, DType type) { return s.T * s.N * s.D * core::element_size(type) > kStreamBytes; }
+bool Streams(const PostShape& s, DType type, bool allowed) {
+  return allowed && s.T * s.N * s.D * core::element_size(type) > kStreamBytes;
+}
 
 int64_t ForwardScratchFloats(const PostShape& s) { return s.N * int64_t(hn::Lanes(DF())) + 64; }
 
@@ -97,7 +99,7 @@ void ForwardFour(const PostForwardOperands& o, int64_t t0, int64_t t1, int64_t d
 
 void Forward(const PostForwardOperands& o, float* scratch, int64_t t0, int64_t t1, int64_t d0, int64_t d1) {
   if (o.shape.N == 4) {
-    const bool stream = Streams(o.shape, o.shape.x_dtype);
+    const bool stream = Streams(o.shape, o.shape.x_dtype, o.streaming_stores);
     WithDType(o.shape.x_dtype, [&]<DType T>() { ForwardFour<T>(o, t0, t1, d0, d1, stream); });
     if (stream) hwy::FlushStream();
     return;
@@ -106,7 +108,7 @@ void Forward(const PostForwardOperands& o, float* scratch, int64_t t0, int64_t t
   const PostShape& s = o.shape;
   const int64_t L = hn::Lanes(df), N = s.N;
   float* xs = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) / 64 * 64);  // [N][L]
-  const bool stream = Streams(s, s.x_dtype);
+  const bool stream = Streams(s, s.x_dtype, o.streaming_stores);
   WithDType(s.x_dtype, [&]<DType T>() {
     HWY_ALIGN float pad[hn::MaxLanes(DF())];
     for (int64_t t = t0; t < t1; ++t) {
@@ -334,7 +336,7 @@ void Backward(const PostBackwardOperands& o, float* scratch, int64_t t0, int64_t
   const PostShape& s = o.shape;
   [[maybe_unused]] const int64_t L = hn::Lanes(DF());
   float* base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) / 64 * 64);
-  const bool stream = Streams(s, s.grad_x_dtype);
+  const bool stream = Streams(s, s.grad_x_dtype, o.streaming_stores);
   const bool fp32 = s.grad_x_dtype == DType::fp32;
 #if MHC_POST_QUADS
   if (s.N == 4 && (L == 8 || L == 16)) {

@@ -188,7 +188,7 @@ void BackwardRows(const BackwardStep& step, int64_t chunk0, int64_t t0, int64_t 
   const int64_t L = tiles.L, full = d.D / L * L;
   const bool has_post = o.grad_x_post.present();
   // grad_x far larger than the caches: stream it to memory.
-  const bool stream = d.T * d.K * core::element_size(d.x_dtype) > kStreamBytes;
+  const bool stream = o.streaming_stores && d.T * d.K * core::element_size(d.x_dtype) > kStreamBytes;
   const DType post_dtype = o.grad_x_post_dtype;  // x's or fp32
   WithDType(d.x_dtype, [&]<DType T>() {  // grad_h_in and grad_x have x's dtype
     for (int64_t t = t0; t < t1; ++t) {

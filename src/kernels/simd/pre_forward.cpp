@@ -169,7 +169,7 @@ static void HInRow(const ForwardOperands& o, int64_t t, const float* own_h_pre) 
   const float* h_pre = common::collapse_weights(o, t, own_h_pre);
   // h_in larger than the caches: streaming stores skip reading its lines first
   // (mhc-bench a forward: 32 MiB of h_in).
-  const bool stream = d.T * d.D * core::element_size(d.x_dtype) > kStreamHInBytes;
+  const bool stream = o.streaming_stores && d.T * d.D * core::element_size(d.x_dtype) > kStreamHInBytes;
   WithDType(d.x_dtype, [&]<DType T>() {  // h_in has x's dtype
     const int64_t esize = core::element_size(T);
     WeightedRows<T>(static_cast<const char*>(o.x.data) + x_row * esize, xn, h_pre, d.N, full,

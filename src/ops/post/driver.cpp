@@ -10,6 +10,7 @@
 #include "ops/kernel_views.hpp"
 #include "ops/post/post.hpp"
 #include "ops/staging.hpp"
+#include "ops/streaming.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace mhc::ops::post {
@@ -58,6 +59,7 @@ kernels::PostForwardOperands forward_operands(const core::PostProblem& p) {
   o.h_out = stream_rows<const void>(p.h_out);
   o.h_post = token_rows<const float>(p.h_post);
   o.out = stream_rows<void>(p.out);
+  o.streaming_stores = streaming_stores();
   return o;
 }
 
@@ -137,6 +139,7 @@ Status run_backward(const core::PostProblem& problem, void* workspace, size_t by
                o.grad_h_res = token_rows<float>(p.grad_h_res);
                o.grad_h_out = stream_rows<void>(p.grad_h_out);
                o.grad_h_post = token_rows<float>(p.grad_h_post);
+               o.streaming_stores = streaming_stores();
                k.backward(o, scratch, t0, t1);
              });
 }

@@ -16,6 +16,7 @@
 #include "ops/pre/backward_plan.hpp"
 #include "ops/pre/backward.hpp"
 #include "ops/staging.hpp"
+#include "ops/streaming.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace mhc::ops::pre::backward {
@@ -80,6 +81,7 @@ kernels::BackwardOperands operands_of(const core::BackwardProblem& p) {
   o.grad_gamma = matrix<float>(p.grad_gamma);
   o.grad_alpha = static_cast<float*>(p.grad_alpha.data);
   o.grad_bias = static_cast<float*>(p.grad_bias.data);
+  o.streaming_stores = streaming_stores();
   return o;
 }
 

@@ -12,6 +12,7 @@
 #include "ops/pre/forward.hpp"
 #include "ops/pre/prepared.hpp"
 #include "ops/staging.hpp"
+#include "ops/streaming.hpp"
 #include "runtime/thread_pool.hpp"
 
 namespace mhc::ops::pre::forward {
@@ -74,6 +75,7 @@ kernels::ForwardOperands operands_of(const core::ForwardProblem& p) {
   o.h_pre = token_rows<float>(p.h_pre);
   o.pre_mix = token_rows<const float>(p.pre_mix);
   o.select_first_stream = p.select_first_stream;
+  o.streaming_stores = streaming_stores();
   return o;
 }
 
