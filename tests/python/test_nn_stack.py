@@ -175,6 +175,18 @@ def test_recompute_every_gives_the_same_bits(variant, recompute, every):
     assert_runs_equal(replayed, run(stack, stack, x), f"{variant} recompute_every={every}")
 
 
+@pytest.mark.parametrize("variant", ["v4", "v4.1"])
+def test_recompute_every_backward_twice_with_retain_graph(variant):
+    """The kept streams live with the graph: a second backward rebuilds them again."""
+    stack = make_stack(variant, [False] * EVERY_SITES, recompute_every=2)
+    x = make_x(torch.bfloat16).requires_grad_()
+    out = stack(x)
+    out.float().sum().backward(retain_graph=True)
+    first, x.grad = x.grad.clone(), None
+    out.float().sum().backward()
+    assert_same_bits("grad_x", x.grad, first, "second backward")
+
+
 @pytest.mark.parametrize("variant", ["v4-nohead", "v4.1"])
 def test_recompute_every_keeps_fewer_streams(variant):
     """With a sub-layer that keeps nothing, k = 2 over 5 sites keeps x_0, x_2, x_4 of the
