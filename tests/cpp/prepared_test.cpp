@@ -135,7 +135,8 @@ TEST(PreparedPre, FusedOperatorsBitwiseAsUnprepared) {
         Tensor h_in = make_tensor(c.dtype, {T, c.D}, kOutputFill), h_post = make_tensor(DType::fp32, {T, c.N}, kOutputFill),
                h_res = make_tensor(DType::fp32, {T, c.N, c.N}, kOutputFill);
         const mhc::Status s = mhc::pre_sinkhorn_forward({x.view(), w.phi.view(), w.alpha.view(), w.bias.view(), 20},
-                                                        {h_in.view(), h_post.view(), h_res.view()}, options(c, isa, 2, p));
+                                                        {h_in.view(), h_post.view(), h_res.view(), {}, {}, {}, {}, {}},
+                                                        options(c, isa, 2, p));
         EXPECT_TRUE(s.ok()) << s.message();
         return snapshot_all({&h_in, &h_post, &h_res});
       };
@@ -271,7 +272,8 @@ TEST(PreparedPre, ErrorsNameTheTensorAndWriteNothing) {
   const auto before = snapshot_all({&h_in, &h_post, &h_res});
   auto call = [&](Weights& given, std::optional<TensorView> gamma) {
     return mhc::pre_forward({x.view(), given.phi.view(), given.alpha.view(), given.bias.view(), gamma},
-                            {h_in.view(), h_post.view(), h_res.view()}, options(c, mhc::Isa::automatic, 0, handle.get()));
+                            {h_in.view(), h_post.view(), h_res.view(), {}, {}, {}},
+                            options(c, mhc::Isa::automatic, 0, handle.get()));
   };
   struct Expect {
     const char* name;
