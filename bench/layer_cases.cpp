@@ -200,6 +200,45 @@ std::vector<LayerCase> boundary_cases(int threads, int runs, double min_seconds)
                               {gx, gphi, galpha, gbias, std::nullopt}, options(n)),
             "pre backward");
   }));
+  // A site's whole backward (site x_next, its H = h_res_next, dY the gradient of its
+  // output): the site backward's prepare + finish beside the unfused pair with an fp32
+  // grad_x between them (the same bits). bytes: the two steps' minimum, 46 D a token
+  // (SPEC §15: dY and x read twice, y and grad_h_in once, grad_y and grad_x written).
+  Buffer grad_out(T * K * 2), grad_x32(T * K * 4), grad_y(T * D * 2), grad_h(T * N * N * 4), grad_hp(T * N * 4);
+  fill_activation(grad_out.data, DType::bf16, T * K, 23, 1.0f);
+  const TensorView dy = v(grad_out, DType::bf16, {T, N, D}), gx32 = v(grad_x32, DType::fp32, {T, N, D});
+  const TensorView gy = v(grad_y, DType::bf16, {T, D}), gh = v(grad_h, DType::fp32, {T, N, N});
+  const TensorView ghp = v(grad_hp, DType::fp32, {T, N});
+  const OperatorCost site{backward.flops + double(T * K) * (6 * N + 4), 5 * T * K * e + 3 * T * D * e + F * K * 8.0 + small};
+  for (int single_pass : {0, 1}) {
+    const std::string variant = single_pass ? " V4.1" : " V4";
+    const std::optional<TensorView> mix_in = single_pass ? std::optional<TensorView>(pmix) : std::nullopt;
+    const std::optional<TensorView> gmix_out = single_pass ? std::optional<TensorView>(gpmix) : std::nullopt;
+    const std::optional<TensorView> ghpre_in = single_pass ? std::optional<TensorView>(ghpre) : std::nullopt;
+    cases.push_back(timed("site", "backward", shape + variant, site, threads, runs, min_seconds, [&](int n) {
+      require(mhc::site_backward_prepare({dy, xn, hrn, yv, hpn}, {gh, gy, ghp}, options(n)), "site prepare");
+      require(mhc::site_backward_finish({xn, phiv, alphav, biasv, std::nullopt, mix_in, hrn, dy, ghin, ghpre_in,
+                                         ghpost, ghres, rms, mix, hpre, hpn, single_pass, 1e-6, I},
+                                        {gx, gmix_out, gphi, galpha, gbias, std::nullopt}, options(n)),
+              "site finish");
+    }));
+    cases.push_back(timed("unfused", "backward", shape + variant, site, threads, runs, min_seconds, [&](int n) {
+      require(mhc::post_backward({dy, xn, hrn, yv, hpn}, {gx32, gh, gy, ghp}, options(n)), "post backward");
+      if (single_pass) {
+        require(mhc::pre_single_pass_backward({xn, phiv, alphav, biasv, std::nullopt, pmix, ghin, ghpre, ghpost,
+                                               ghres, rms, mix, hpre, hpn, gx32, 1e-6, I},
+                                              {gx, gpmix, gphi, galpha, gbias, std::nullopt}, options(n)),
+                "single pass backward");
+      } else {
+        mhc::SinkhornBackwardInputs sin;
+        sin.grad_h_res = ghres, sin.z = zv, sin.eps = 1e-6, sin.num_iters = I;
+        require(mhc::sinkhorn_backward(sin, {gz}, options(n)), "sinkhorn backward");
+        require(mhc::pre_backward({xn, phiv, alphav, ghin, ghpost, gz, rms, mix, hpre, hpn, std::nullopt, gx32},
+                                  {gx, gphi, galpha, gbias, std::nullopt}, options(n)),
+                "pre backward");
+      }
+    }));
+  }
   return cases;
 }
 

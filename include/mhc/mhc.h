@@ -202,6 +202,26 @@ MHC_API int mhc_post_pre_backward(
     const mhc_tensor *grad_alpha, const mhc_tensor *grad_bias, const mhc_tensor *grad_gamma /* iff gamma */,
     const mhc_options *options /* nullable: defaults */);
 
+/* The site backward (SPEC §15) in two steps around the sub-layer's backward, no fp32
+   grad_x between them. prepare: MhcPostBackward without grad_x. finish: the site's pre
+   backward (single_pass 0: V4, pre_mix NULL; 1: V4.1) with the post's grad_x formed
+   from h_res and grad_x_next (NULL: none); grad_x must not overlap grad_x_next. */
+MHC_API int mhc_site_backward_prepare(const mhc_tensor *grad_x_next, const mhc_tensor *x,
+                                      const mhc_tensor *h_res /* nullable */, const mhc_tensor *h_out,
+                                      const mhc_tensor *h_post, const mhc_tensor *grad_h_res /* nullable */,
+                                      const mhc_tensor *grad_h_out, const mhc_tensor *grad_h_post,
+                                      const mhc_options *options /* nullable: defaults */);
+MHC_API int mhc_site_backward_finish(
+    const mhc_tensor *x, const mhc_tensor *phi, const mhc_tensor *alpha, const mhc_tensor *bias,
+    const mhc_tensor *gamma /* nullable */, const mhc_tensor *pre_mix /* nullable */,
+    const mhc_tensor *h_res /* nullable */, const mhc_tensor *grad_x_next /* nullable */,
+    const mhc_tensor *grad_h_in, const mhc_tensor *grad_h_pre /* nullable */, const mhc_tensor *grad_h_post,
+    const mhc_tensor *grad_h_res, const mhc_tensor *inv_rms, const mhc_tensor *h_mix, const mhc_tensor *h_pre,
+    const mhc_tensor *h_post, int64_t single_pass, double sinkhorn_eps, int64_t num_iters,
+    const mhc_tensor *grad_x, const mhc_tensor *grad_pre_mix /* nullable */, const mhc_tensor *grad_phi,
+    const mhc_tensor *grad_alpha, const mhc_tensor *grad_bias, const mhc_tensor *grad_gamma /* iff gamma */,
+    const mhc_options *options /* nullable: defaults */);
+
 /* MhcRmsNorm (SPEC §16): the engines' RMSNorm of h_in; weight in x's dtype or fp32. */
 MHC_API int mhc_rms_norm_forward(const mhc_tensor *x, const mhc_tensor *weight, double eps, const mhc_tensor *y,
                                  const mhc_options *options /* nullable: defaults */);

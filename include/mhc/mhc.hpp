@@ -382,6 +382,51 @@ struct PostPreBackwardOutputs {
 MHC_API Status post_pre_backward(const PostPreBackwardInputs& in, const PostPreBackwardOutputs& out,
                                  const Options& options = {});
 
+// The site backward (SPEC §15): MhcPostBackward, MhcSinkhornBackward and MhcPreBackward
+// of one site in two steps around the sub-layer's backward, with no fp32 grad_x
+// between them: the same bits as post_backward with an fp32 grad_x then the site's
+// pre backward with it as grad_x_post. grad_x_next is the gradient of the site's
+// output x_next (MhcPost's out).
+// prepare: post_backward without grad_x.
+struct SiteBackwardPrepareInputs {
+  TensorView grad_x_next;             // [.., N, D], x's dtype
+  TensorView x;                       // [.., N, D] the site's streams
+  std::optional<TensorView> h_res;    // [.., N, N] the site's H; absent: the identity
+  TensorView h_out, h_post;           // the sub-layer's output [.., D] (x's dtype), h_post [.., N]
+};
+struct SiteBackwardPrepareOutputs {
+  std::optional<TensorView> grad_h_res;  // written when given
+  TensorView grad_h_out, grad_h_post;
+};
+MHC_API Status site_backward_prepare(const SiteBackwardPrepareInputs& in, const SiteBackwardPrepareOutputs& out,
+                                     const Options& options = {});
+// finish: the site's pre backward, V4 (single_pass 0: the Sinkhorn's backward and
+// MhcPreBackward, h_in collapsed with its own h_pre, pre_mix absent, a grad_h_pre
+// adding to the collapse's sums) or V4.1 (single_pass 1: pre_single_pass_backward),
+// grad_x_post formed from h_res and grad_x_next as the post's fp32 grad_x
+// (grad_x_next absent: none). grad_x must not overlap grad_x_next.
+struct SiteBackwardFinishInputs {
+  TensorView x, phi, alpha, bias;
+  std::optional<TensorView> gamma, pre_mix;
+  std::optional<TensorView> h_res;        // [.., N, N] the site's H (its post's); absent: the identity
+  std::optional<TensorView> grad_x_next;  // [.., N, D], x's dtype; absent = 0
+  TensorView grad_h_in;
+  std::optional<TensorView> grad_h_pre;   // absent = 0
+  TensorView grad_h_post, grad_h_res;
+  TensorView inv_rms, h_mix, h_pre, h_post;  // the forward's
+  int64_t single_pass = 0;
+  double sinkhorn_eps = 1e-6;
+  int64_t num_iters = 20;
+};
+struct SiteBackwardFinishOutputs {
+  TensorView grad_x;                        // x's dtype
+  std::optional<TensorView> grad_pre_mix;   // V4.1 with pre_mix only
+  TensorView grad_phi, grad_alpha, grad_bias;
+  std::optional<TensorView> grad_gamma;     // iff gamma
+};
+MHC_API Status site_backward_finish(const SiteBackwardFinishInputs& in, const SiteBackwardFinishOutputs& out,
+                                    const Options& options = {});
+
 // MhcRmsNorm (SPEC §16): the RMSNorm an engine fuses into h_in's write, per token
 // y[d] = rne((x[d] * 1/sqrt(ms + eps)) * weight[d]), ms = (sum_d x[d]^2) / D in fp32 in
 // an order that depends on D only.

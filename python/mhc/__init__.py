@@ -51,7 +51,7 @@ The native library is bound through its C ABI with ctypes (see _lib.py): its
 prototypes and constants come from the library's own description of its operators.
 """
 from . import _lib
-from ._core import available_isas, isa, set_isa
+from ._core import available_isas, isa, mhc_site_backward_finish, mhc_site_backward_prepare, set_isa
 from .autograd import (MhcCollapseFunction, MhcPostFunction, MhcPostPreFunction, MhcPreFunction,
                        MhcPreSinglePassFunction, MhcPreSinkhornFunction, MhcSinkhornFunction, mhc_head, mhc_pre)
 from .ops import (get_num_threads, mhc_collapse, mhc_post_pre, mhc_pre_single_pass, mhc_pre_sinkhorn, mhc_rms_norm,
@@ -70,7 +70,7 @@ __all__ = [
     "npu_mhc_post", "npu_mhc_post_backward", "MhcPostFunction",
     "mhc_pre_sinkhorn", "mhc_pre_sinkhorn_backward", "MhcPreSinkhornFunction",
     "mhc_pre_single_pass", "MhcPreSinglePassFunction", "mhc_collapse", "MhcCollapseFunction",
-    "mhc_post_pre", "MhcPostPreFunction", "mhc_rms_norm",
+    "mhc_post_pre", "MhcPostPreFunction", "mhc_site_backward_prepare", "mhc_site_backward_finish", "mhc_rms_norm",
     "set_num_threads", "get_num_threads", "set_output_cache", "get_output_cache",
     "set_isa", "isa", "available_isas", "register_npu_namespace", "prepare_pre", "PreparedPre", "__version__",
 ]

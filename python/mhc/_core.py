@@ -3,7 +3,8 @@ errors, the process settings (threads, kernel family), each operator's forward o
 checked arguments (and the backwards on checked arguments that the autograd rules
 call), and the backwards torch_npu / CANN expose as functions
 (npu_mhc_pre_backward, npu_mhc_sinkhorn_backward, npu_mhc_post_backward,
-mhc_pre_sinkhorn_backward), and mhc_post_pre_backward. ops.py (the npu_* forwards,
+mhc_pre_sinkhorn_backward), mhc_post_pre_backward and the site backward's two steps
+(mhc_site_backward_prepare, mhc_site_backward_finish). ops.py (the npu_* forwards,
 mhc_pre_sinkhorn, mhc_pre_single_pass, mhc_collapse, mhc_post_pre, mhc_rms_norm) and autograd.py (their
 autograd.Functions) are built on this module; it imports neither.
 
@@ -859,6 +860,101 @@ def run_post_pre_backward(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, ga
           grad_h_res=grad_h_res, grad_h_out=grad_h_out, grad_h_post=grad_h_post, grad_pre_mix=grad_pre_mix,
           grad_phi=grad_phi, grad_alpha=grad_alpha, grad_bias=grad_bias, grad_gamma=grad_gamma)
     return grads
+
+
+def run_site_backward_prepare(grad_x_next, x, h_res, h_out, h_post, with_grad_h_res=True):
+    """The site backward's prepare (SPEC §15) on checked arguments: MhcPostBackward without
+    grad_x, (grad_h_res, grad_h_out, grad_h_post); grad_h_res None unless with_grad_h_res."""
+    empty, shape_only = _allocator(grad_x_next=grad_x_next, x=x, h_res=h_res, h_out=h_out, h_post=h_post)
+    lead, n, d = _post_dims(x)
+    f32 = torch.float32
+    grad_h_res = empty(lead + (n, n), f32) if with_grad_h_res else None
+    grad_h_out = empty(lead + (d,), x.dtype)
+    grad_h_post = empty(lead + (n,), f32)
+    if not shape_only:
+        _call("site_backward_prepare", _options(None, 1e-6), grad_x_next=grad_x_next, x=x, h_res=h_res, h_out=h_out,
+              h_post=h_post, grad_h_res=grad_h_res, grad_h_out=grad_h_out, grad_h_post=grad_h_post)
+    return grad_h_res, grad_h_out, grad_h_post
+
+
+def run_site_backward_finish(x, phi, alpha, bias, pre_mix, gamma, h_res, grad_x_next, grad_h_in, grad_h_pre,
+                             grad_h_post, grad_h_res, inv_rms, h_mix, h_pre, h_post, single_pass, num_iters, hc_eps,
+                             norm_eps, sinkhorn_eps, with_grad_pre_mix=True):
+    """The site backward's finish (SPEC §15) on checked arguments and the forward's caches:
+    the site's pre backward (V4 or V4.1) with the post's grad_x formed from h_res and
+    grad_x_next (None: none). Returns (grad_x, grad_pre_mix, grad_phi, grad_alpha, grad_bias,
+    grad_gamma) as run_pre_single_pass_backward."""
+    empty, shape_only = _allocator(x=x, phi=phi, alpha=alpha, bias=bias, pre_mix=pre_mix, gamma=gamma, h_res=h_res,
+                                   grad_x_next=grad_x_next, grad_h_in=grad_h_in, grad_h_pre=grad_h_pre,
+                                   grad_h_post=grad_h_post, grad_h_res=grad_h_res, inv_rms=inv_rms, h_mix=h_mix,
+                                   h_pre=h_pre, h_post=h_post)
+    lead, n, d, f = _output_dims(x, phi)
+    f32 = torch.float32
+    grad_x = empty(x.shape, x.dtype)
+    grad_pre_mix = empty(lead + (n,), f32) if pre_mix is not None and with_grad_pre_mix else None
+    grad_phi = empty((f, n * d), f32)
+    grad_alpha = empty((3,), f32)
+    grad_bias = empty((f,), f32)
+    grad_gamma = empty((n, d), f32) if gamma is not None else None
+    grads = grad_x, grad_pre_mix, grad_phi, grad_alpha, grad_bias, grad_gamma
+    if not shape_only:
+        _call("site_backward_finish", _options(norm_eps, hc_eps), x=x, phi=phi, alpha=alpha, bias=bias, gamma=gamma,
+              pre_mix=pre_mix, h_res=h_res, grad_x_next=grad_x_next, grad_h_in=grad_h_in, grad_h_pre=grad_h_pre,
+              grad_h_post=grad_h_post, grad_h_res=grad_h_res, inv_rms=inv_rms, h_mix=h_mix, h_pre=h_pre,
+              h_post=h_post, single_pass=single_pass, sinkhorn_eps=sinkhorn_eps, num_iters=num_iters, grad_x=grad_x,
+              grad_pre_mix=grad_pre_mix, grad_phi=grad_phi, grad_alpha=grad_alpha, grad_bias=grad_bias,
+              grad_gamma=grad_gamma)
+    return grads
+
+
+def mhc_site_backward_prepare(grad_x_next, x, h_res, h_out, h_post):
+    """The site backward's first step (SPEC §15), every argument checked in order: the
+    site's MhcPostBackward without grad_x, from grad_x_next (the grad of the site's output
+    x_next) -> (grad_h_res, grad_h_out, grad_h_post); grad_h_res None without h_res. Its
+    grad_x comes from mhc_site_backward_finish, which forms it again instead of reading it."""
+    grad_x_next = _check("grad_x_next", grad_x_next)
+    x = _check("x", x)
+    h_res = _check("h_res", h_res, "fp32", optional=True)
+    h_out = _check("h_out", h_out)
+    h_post = _check("h_post", h_post, "fp32")
+    return run_site_backward_prepare(grad_x_next, x, h_res, h_out, h_post, with_grad_h_res=h_res is not None)
+
+
+def mhc_site_backward_finish(x, phi, alpha, bias, pre_mix, gamma, h_res, grad_x_next, grad_h_in, grad_h_pre,
+                             grad_h_post, grad_h_res, inv_rms, h_mix, h_pre, h_post, *, single_pass=False,
+                             num_iters=20, hc_eps=1e-6, norm_eps=1e-6, sinkhorn_eps=None):
+    """The site backward's second step (SPEC §15), every argument checked in order: the
+    site's pre backward (single_pass False: MhcSinkhornBackward and MhcPreBackward, h_in
+    collapsed with its own h_pre; True: MhcPreSinglePass's), from the forward's caches
+    (inv_rms, h_mix, h_pre, h_post), the grads of the pre's outputs (grad_h_in, grad_h_pre
+    (None: 0), grad_h_post, grad_h_res = the grad of H) and the site's post (h_res = its H,
+    grad_x_next; None: no post grad), with grad_x_post formed as MhcPostBackward's fp32
+    grad_x. Returns (grad_x, grad_pre_mix, grad_phi, grad_alpha, grad_bias, grad_gamma): the
+    bits of mhc_post_backward (grad_x in fp32) then the pre backward with it as grad_x_post."""
+    x = _check("x", x)
+    phi = _check("phi", phi, "fp32")
+    alpha = _check("alpha", alpha, "fp32")
+    bias = _check("bias", bias, "fp32")
+    pre_mix = _check("pre_mix", pre_mix, "fp32", optional=True)
+    gamma = _check("gamma", gamma, "fp32", optional=True)
+    h_res = _check("h_res", h_res, "fp32", optional=True)
+    grad_x_next = _check("grad_x_next", grad_x_next, optional=True)
+    grad_h_in = _check("grad_h_in", grad_h_in)
+    grad_h_pre = _check("grad_h_pre", grad_h_pre, "fp32", optional=True)
+    grad_h_post = _check("grad_h_post", grad_h_post, "fp32")
+    grad_h_res = _check("grad_h_res", grad_h_res, "fp32")
+    inv_rms = _check("inv_rms", inv_rms, "fp32")
+    h_mix = _check("h_mix", h_mix, "fp32")
+    h_pre = _check("h_pre", h_pre, "fp32")
+    h_post = _check("h_post", h_post, "fp32")
+    single_pass = _single_pass_flag(single_pass)
+    num_iters = _num_iters(num_iters)
+    hc_eps = _eps("hc_eps", hc_eps)
+    norm_eps = _eps("norm_eps", norm_eps)
+    sinkhorn_eps = hc_eps if sinkhorn_eps is None else _eps("sinkhorn_eps", sinkhorn_eps)
+    return run_site_backward_finish(x, phi, alpha, bias, pre_mix, gamma, h_res, grad_x_next, grad_h_in, grad_h_pre,
+                                    grad_h_post, grad_h_res, inv_rms, h_mix, h_pre, h_post, single_pass, num_iters,
+                                    hc_eps, norm_eps, sinkhorn_eps)
 
 
 def mhc_post_pre_backward(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, gamma, x_next, grad_x_next, grad_h_in,

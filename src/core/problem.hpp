@@ -102,6 +102,10 @@ struct BackwardProblem {
   Strided h_post;       // [B,S,N]
   Strided gamma;        // [N,D] or absent
   Strided grad_x_post;  // [B,S,N,D] or absent
+  // The site backward's finish (SPEC §15), both or neither: grad_x_post formed from
+  // the site post's grad_out [B,S,N,D] (x's dtype) and H [B,S,N,N].
+  Strided post_grad_out;
+  Strided post_h_res;
   // Single pass (SPEC §14), each [B,S,N] or absent: the collapse's weights instead
   // of h_pre; g_pre given; the collapse's sums written out.
   Strided pre_mix;

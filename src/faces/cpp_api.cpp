@@ -14,6 +14,7 @@
 #include "ops/pre/prepared.hpp"
 #include "ops/collapse/collapse.hpp"
 #include "ops/post_pre/post_pre.hpp"
+#include "ops/site_backward/site_backward.hpp"
 #include "ops/pre_single_pass/pre_single_pass.hpp"
 #include "ops/pre_sinkhorn/pre_sinkhorn.hpp"
 #include "ops/rms_norm/rms_norm.hpp"

@@ -35,7 +35,7 @@ struct PostBackwardOperands {
   TokenRows<const float> h_res;     // [T][N*N], or absent
   StreamRows<const void> h_out;     // [T][1][D]
   TokenRows<const float> h_post;    // [T][N]
-  StreamRows<void> grad_x;          // [T][N][D] in grad_x_dtype
+  StreamRows<void> grad_x;          // [T][N][D] in grad_x_dtype, or absent (the site backward's prepare)
   TokenRows<float> grad_h_res;      // [T][N*N], or absent
   StreamRows<void> grad_h_out;      // [T][1][D]
   TokenRows<float> grad_h_post;     // [T][N]

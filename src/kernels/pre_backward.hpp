@@ -56,6 +56,12 @@ struct BackwardOperands {
   TokenRows<const float> h_post;       // [T][N], absent for the head
   StreamRows<const void> grad_x_post;  // [T][N][D], or absent (0)
   DType grad_x_post_dtype = DType::fp32;  // x's, or fp32 (MhcPostBackward's fp32 grad_x)
+  // The site backward's finish (SPEC §15): grad_x_post formed here, row by row, as
+  // MhcPostBackward's fp32 grad_x of the site's post, sum_j post_h_res[i, j] *
+  // post_grad_out[j] (common::post_grad_x's order), never stored. Absent unless
+  // both are; grad_x_post is then absent.
+  StreamRows<const void> post_grad_out;  // [T][N][D] in x's dtype
+  TokenRows<const float> post_h_res;     // [T][N*N]
   // The single-pass form (SPEC §14): grad_x's collapse term takes pre_mix instead
   // of h_pre; with grad_h_pre present g_pre is grad_h_pre, and the sums
   // sum_d v grad_h_in go to grad_pre_mix (when present). grad_h_pre_adds: V4's

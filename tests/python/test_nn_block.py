@@ -1,7 +1,7 @@
 """mhc.nn.MhcBlock, MhcHead and expand_streams (SPEC §13): a 2-block model with a head
 against its float64 twin built from oracle.py (every parameter's gradient, bf16/fp16/fp32
-x), the block against the chain of functional operators bit for bit (grad_x_post wired
-from MhcPostBackward into MhcPreBackward), recompute=True against recompute=False bit for
+x), the block (its backward the site backward) against the chain of functional operators
+bit for bit (MhcPostBackward's fp32 grad_x wired into MhcPreBackward's grad_x_post), recompute=True against recompute=False bit for
 bit and what each keeps for the backward, state_dict round trips, expand_streams, MhcHead
 against mhc.mhc_head, and the torch-ops twins of mhc.nn.reference. The same for
 MhcBlock(single_pass=True), DeepSeek-V4.1's site (SPEC §14): a 2-site model ending with
@@ -220,9 +220,10 @@ def test_bf16_gradients_against_the_twin_that_stores_bf16(recompute):
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_block_is_the_operator_chain_bit_for_bit(dtype):
-    """MhcBlock = npu_mhc_pre, npu_mhc_sinkhorn, the sub-layer, npu_mhc_post; its backward =
-    npu_mhc_post_backward (grad_x in fp32), the sub-layer's, the Sinkhorn's,
-    npu_mhc_pre_backward with grad_x_post = the post's grad_x: the same bits."""
+    """MhcBlock = npu_mhc_pre, npu_mhc_sinkhorn, the sub-layer, npu_mhc_post; its backward
+    (the site backward's prepare and finish) = npu_mhc_post_backward (grad_x in fp32), the
+    sub-layer's, the Sinkhorn's, npu_mhc_pre_backward with grad_x_post = the post's grad_x:
+    the same bits."""
     dt = DTYPES[dtype]
     torch.manual_seed(3)
     block = mhc.nn.MhcBlock(N, D, Sub(D, 24))
@@ -247,6 +248,13 @@ def test_block_is_the_operator_chain_bit_for_bit(dtype):
                                                             grad_x_dtype=torch.float32)
     (g_in,) = torch.autograd.grad(h_out, h_leaf, g_out)
     g_z = mhc.npu_mhc_sinkhorn_backward(g_h, norm_out, sum_out)
+    # The site backward forms the logits again from the caches in fp32: the fp32 families'
+    # z_res bit for bit, the float64 reference's only to its rounding (then the chain takes those).
+    z = alpha[2] * (inv_rms.reshape(LEAD + (1,)) * h_mix[..., 2 * N:]) + bias[2 * N:]
+    if mhc.isa() == "reference":
+        g_z = _core.run_sinkhorn_backward(g_h, None, None, z.reshape(z_res.shape), block.sinkhorn_eps, block.num_iters)
+    else:
+        assert_same_bits("z_res", z.reshape(z_res.shape), z_res, "formed again vs MhcPre's")
     want = mhc.npu_mhc_pre_backward(x, phi, alpha, g_in, g_post, g_z, inv_rms, h_mix, h_pre, h_post,
                                     gamma=gamma, grad_x_post=gx_post)
     for name, got, expected in zip(("x", "phi", "alpha", "bias", "gamma"),
@@ -290,8 +298,8 @@ def test_recompute_gives_the_same_bits_and_keeps_only_x_and_h_out(dtype):
         assert_same_bits(name, grads_a[name], grads_b[name], "recompute vs not")
 
     # With a sub-layer whose autograd keeps nothing, a block with recompute keeps exactly
-    # x and h_out; without it also the pre caches, h_post, z_res and H (T*(1+F+N+N+2N*N)
-    # floats: F = 2N + N*N).
+    # x and h_out; without it also the pre caches, h_post and H (T*(1+F+N+N+N*N) floats:
+    # F = 2N + N*N; no z_res, which the site backward forms again from the caches).
     t = LEAD[0] * LEAD[1]
     xr = x.clone().requires_grad_()
     sizes = {}
@@ -302,7 +310,7 @@ def test_recompute_gives_the_same_bits_and_keeps_only_x_and_h_out(dtype):
     elt = x.element_size()
     assert sizes[True] == t * N * D * elt + t * D * elt
     f = 2 * N + N * N
-    assert sizes[False] == sizes[True] + t * (1 + f + N + N + 2 * N * N) * 4
+    assert sizes[False] == sizes[True] + t * (1 + f + N + N + N * N) * 4
 
 
 def test_state_dict_round_trip():
@@ -560,7 +568,8 @@ def test_single_pass_bf16_against_the_twin_that_stores_bf16(recompute):
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_single_pass_block_is_the_operator_chain_bit_for_bit(dtype):
     """MhcBlock(single_pass=True) = the single pass's forward, the sub-layer, npu_mhc_post; its
-    backward = npu_mhc_post_backward (grad_x in fp32), the sub-layer's, the single pass's
+    backward (the site backward's two steps) = npu_mhc_post_backward (grad_x in fp32), the
+    sub-layer's, the single pass's
     backward with grad_x_post = the post's grad_x and grad_h_pre = h_pre's grad: the same bits,
     pre_mix's gradient included."""
     dt = DTYPES[dtype]

@@ -24,21 +24,23 @@ its own, which DDP's reducer and torch's checkpointing do not expect):
                MhcPre + MhcSinkhorn, or MhcPreSinglePass
     _PostSide  (x, H, h_out, h_post)                  -> x_next          MhcPost
 
-x reaches the post side detached: its gradient there (MhcPostBackward's grad_x) does not
-go through autograd, which would add it to the pre side's grad_x in a separate pass
-over T*N*D elements. The post side's backward hands it over in a _Handoff object and the
-pre side's backward passes it to MhcPreBackward (or the single pass's backward) as
-grad_x_post, which adds it in its own pass (SPEC §13). The pre side's backward always
-runs after the post side's: it waits for the grads of h_post and H, which only the post
-side produces. mhc.nn.MhcStack (stack.py) reuses these pieces with the boundaries fused.
+The backward is the site backward (SPEC §15) in its two steps: the post side's runs
+its prepare (MhcPostBackward without grad_x), the pre side's its finish (the Sinkhorn's
+and MhcPreBackward, or the single pass's backward), which forms the post's share of
+x's gradient from H and x_next's gradient in its own pass over grad_x: no fp32 grad_x
+tensor between them, and no autograd edge from the post side to x (torch would add the
+two shares in a separate pass over T*N*D elements). The post side's backward hands H and
+x_next's gradient over in a _Handoff object. The pre side's backward always runs after
+the post side's: it waits for the grads of h_post and H, which only the post side
+produces. mhc.nn.MhcStack (stack.py) reuses these pieces with the boundaries fused.
 """
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .._core import (_eps, _num_iters, check_pre_args, check_pre_single_pass_args, npu_mhc_pre_backward,
-                     run_post_backward, run_post_forward, run_pre_forward, run_pre_single_pass_backward,
-                     run_pre_single_pass_forward, run_sinkhorn_backward, run_sinkhorn_forward)
+from .._core import (_eps, _num_iters, check_pre_args, check_pre_single_pass_args, run_post_forward,
+                     run_pre_forward, run_pre_single_pass_forward, run_site_backward_finish,
+                     run_site_backward_prepare, run_sinkhorn_forward)
 from ..ops import mhc_pre_single_pass, npu_mhc_post, npu_mhc_pre, npu_mhc_sinkhorn
 from .pre import MhcParameters
 
@@ -63,22 +65,23 @@ class _Config:
 
 
 class _Handoff:
-    """What one call's post-side backward hands to its pre-side backward: grad_x (for
-    grad_x_post) and, with recompute, the recomputed pre forward's caches (_pre_forward's
-    second result). Each is taken (and cleared) by the pre side."""
-    __slots__ = ("grad_x", "forward")
+    """What one call's post-side backward hands to its pre-side backward: post, the site's
+    H and the gradient of its output x_next (from which the site backward's finish forms the
+    post's share of x's gradient), and, with recompute, the recomputed pre forward's caches
+    (_pre_forward's second result). Each is taken (and cleared) by the pre side."""
+    __slots__ = ("post", "forward")
 
     def __init__(self):
-        self.grad_x = None
+        self.post = None
         self.forward = None
 
 
 def _pre_forward(x, phi, alpha, bias, gamma, pre_mix, cfg):
     """The pre side's forward with its caches: (outputs, caches). V4: MhcPre, then
-    MhcSinkhorn (no caches), outputs (h_in, h_post, H), caches (z_res, inv_rms, h_mix, h_pre,
-    h_post); V4.1: MhcPreSinglePass, outputs (h_in, h_pre, h_post, H), caches (inv_rms,
-    h_mix, h_pre, h_post). The same call in the forward and in a recompute, so the same bits
-    (SPEC §5)."""
+    MhcSinkhorn (no caches), outputs (h_in, h_post, H); V4.1: MhcPreSinglePass, outputs
+    (h_in, h_pre, h_post, H); caches (inv_rms, h_mix, h_pre, h_post) (the site backward
+    forms z_res again from them). The same call in the forward and in a recompute, so the
+    same bits (SPEC §5)."""
     if cfg.single_pass:
         h_in, h_pre, h_post, h, inv_rms, h_mix = run_pre_single_pass_forward(
             x, phi, alpha, bias, pre_mix, gamma, cfg.num_iters, cfg.hc_eps, cfg.norm_eps, cfg.sinkhorn_eps)
@@ -86,42 +89,33 @@ def _pre_forward(x, phi, alpha, bias, gamma, pre_mix, cfg):
     h_in, h_post, z_res, inv_rms, h_mix, h_pre = run_pre_forward(
         x, phi, alpha, bias, gamma, cfg.norm_eps, cfg.hc_eps, cfg.precision, with_caches=True)
     h = run_sinkhorn_forward(z_res, cfg.sinkhorn_eps, cfg.num_iters, with_caches=False)[0]
-    return (h_in, h_post, h), (z_res, inv_rms, h_mix, h_pre, h_post)
+    return (h_in, h_post, h), (inv_rms, h_mix, h_pre, h_post)
 
 
-def _pre_backward(cfg, x, phi, alpha, bias, gamma, pre_mix, caches, grads, grad_x_post, h_in_shape, needs):
+def _pre_backward(cfg, x, phi, alpha, bias, gamma, pre_mix, caches, grads, post, h_in_shape, needs):
     """The pre side's backward from its outputs' grads (None: zero): (grad_x, grad_phi,
-    grad_alpha, grad_bias, grad_gamma, grad_pre_mix). V4: MhcSinkhornBackward recomputing
-    from z_res, then MhcPreBackward; V4.1: the single pass's backward (the Sinkhorn's inside
-    it), h_pre's grad as its grad_h_pre. grad_x_post (fp32) is added in their pass over
-    grad_x."""
+    grad_alpha, grad_bias, grad_gamma, grad_pre_mix). The site backward's finish: V4's
+    MhcSinkhornBackward and MhcPreBackward, or V4.1's single pass backward (h_pre's grad
+    its grad_h_pre), with post = (H, the grad of x_next) of the site's post (None: no grad
+    reached x_next) forming the post's share of grad_x in its pass."""
     f32 = torch.float32
-    h_post = caches[-1]
+    inv_rms, h_mix, h_pre, h_post = caches
     if cfg.single_pass:
         grad_h_in, grad_h_pre, grad_h_post, grad_h = grads
     else:
-        grad_h_in, grad_h_post, grad_h = grads
+        (grad_h_in, grad_h_post, grad_h), grad_h_pre = grads, None
     if grad_h_in is None:
         grad_h_in = torch.zeros(h_in_shape, dtype=x.dtype)
     if grad_h_post is None:
         grad_h_post = torch.zeros(h_post.shape, dtype=f32)
-    if cfg.single_pass:
-        inv_rms, h_mix, h_pre, _ = caches
-        if grad_h is None:
-            grad_h = torch.zeros(h_post.shape + h_post.shape[-1:], dtype=f32)
-        grad_x, grad_pre_mix, grad_phi, grad_alpha, grad_bias, grad_gamma = run_pre_single_pass_backward(
-            x, phi, alpha, bias, pre_mix, gamma, grad_h_in, grad_h_pre, grad_h_post, grad_h, inv_rms, h_mix, h_pre,
-            h_post, cfg.num_iters, cfg.hc_eps, cfg.norm_eps, cfg.sinkhorn_eps, grad_x_post=grad_x_post,
-            with_grad_pre_mix=needs[5])
-        return grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma, grad_pre_mix
-    z_res, inv_rms, h_mix, h_pre, _ = caches
     if grad_h is None:
-        grad_z = torch.zeros(z_res.shape, dtype=f32)
-    else:
-        grad_z = run_sinkhorn_backward(grad_h, None, None, z_res, cfg.sinkhorn_eps, cfg.num_iters)
-    grads = npu_mhc_pre_backward(x, phi, alpha, grad_h_in, grad_h_post, grad_z, inv_rms, h_mix, h_pre, h_post,
-                                 gamma=gamma, hc_eps=cfg.hc_eps, grad_x_post=grad_x_post)
-    return tuple(grads) + (None,)
+        grad_h = torch.zeros(h_post.shape + h_post.shape[-1:], dtype=f32)
+    h, grad_x_next = post if post is not None else (None, None)
+    grad_x, grad_pre_mix, grad_phi, grad_alpha, grad_bias, grad_gamma = run_site_backward_finish(
+        x, phi, alpha, bias, pre_mix, gamma, h, grad_x_next, grad_h_in, grad_h_pre, grad_h_post, grad_h, inv_rms,
+        h_mix, h_pre, h_post, int(cfg.single_pass), cfg.num_iters, cfg.hc_eps, cfg.norm_eps, cfg.sinkhorn_eps,
+        with_grad_pre_mix=needs[5])
+    return grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma, grad_pre_mix
 
 
 def _take_caches(handoff, cfg, x, phi, alpha, bias, gamma, pre_mix, saved):
@@ -139,8 +133,7 @@ def _take_caches(handoff, cfg, x, phi, alpha, bias, gamma, pre_mix, saved):
 class _PreSide(torch.autograd.Function):
     """(x, phi, alpha, bias, gamma, pre_mix) -> V4: (h_in, h_post, H); V4.1: (h_in, h_pre,
     h_post, H). Keeps x, the parameters, pre_mix and, without recompute, the caches
-    (_pre_forward's: V4's z_res, from which the Sinkhorn's backward recomputes, N*N floats
-    a token); with recompute nothing else."""
+    (_pre_forward's); with recompute nothing else."""
 
     @staticmethod
     def forward(ctx, x, phi, alpha, bias, gamma, pre_mix, handoff, cfg):
@@ -155,12 +148,12 @@ class _PreSide(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, *grads):
         cfg, handoff = ctx.cfg, ctx.handoff
-        grad_x_post, handoff.grad_x = handoff.grad_x, None
+        post, handoff.post = handoff.post, None
         saved = ctx.saved_tensors
         inputs = saved[:6]
         caches = _take_caches(handoff, cfg, *inputs, saved[6:])
         needs = ctx.needs_input_grad
-        result = _pre_backward(cfg, *inputs, caches, grads, grad_x_post, ctx.h_in_shape, needs)
+        result = _pre_backward(cfg, *inputs, caches, grads, post, ctx.h_in_shape, needs)
         return tuple(g if need else None for g, need in zip(result, needs[:6])) + (None, None)
 
 
@@ -201,9 +194,8 @@ class _PostSide(torch.autograd.Function):
         if cfg.recompute:
             outputs, handoff.forward = _pre_forward(x, *inputs, cfg)
             h_post, h = outputs[-2:]
-        grad_x, grad_h, grad_h_out, grad_h_post = run_post_backward(
-            grad_out, x, h, h_out, h_post, torch.float32, with_grad_h_res=True)
-        handoff.grad_x = grad_x
+        grad_h, grad_h_out, grad_h_post = run_site_backward_prepare(grad_out, x, h, h_out, h_post)
+        handoff.post = (h, grad_out)
         return (None, grad_h, grad_h_out, grad_h_post) + none
 
 
@@ -231,10 +223,11 @@ class MhcBlock(MhcParameters):
             site's pre_mix). Gradients flow to pre_mix. A V4.1 model ends with
             mhc.mhc_collapse(x, h_pre) of the last site.
 
-    Backward: MhcPostBackward (grad_x in fp32, handed unrounded to the pre backward's
-    grad_x_post), the sub-layer's backward, then MhcSinkhornBackward recomputing from
-    the logits and MhcPreBackward, or the single pass's backward (h_pre's grad as its
-    grad_h_pre). Without grad mode (or with nothing requiring grad) the operators are
+    Backward: the site backward (SPEC §15): its prepare (MhcPostBackward without grad_x),
+    the sub-layer's backward, then its finish: MhcSinkhornBackward recomputing from the
+    logits and MhcPreBackward, or the single pass's backward (h_pre's grad as its
+    grad_h_pre), forming the post's share of grad_x in its pass. The bits of the chain
+    with MhcPostBackward's grad_x in fp32 as MhcPreBackward's grad_x_post. Without grad mode (or with nothing requiring grad) the operators are
     called directly, keeping nothing.
     """
 

@@ -7,25 +7,28 @@ forward and backward, to the same bits as the blocks run one by one.
     stack = mhc.nn.MhcStack([MhcBlock(4, 512, f, single_pass=True) for f in sublayers])
     h = stack(x)                               # V4.1: MhcCollapse(x_L, h_pre of the last site)
 
-Between two sites one operator, MhcPostPre, does site s's MhcPost and site s+1's pre; its
-backward (MhcPostPreBackward) does site s+1's pre backward, then site s's MhcPostBackward,
-each as MhcBlock's. The autograd Functions, for L sites:
+Between two sites one operator, MhcPostPre, does site s's MhcPost and site s+1's pre; the
+backward runs each site's backward as MhcBlock's, in the site backward's two steps (SPEC
+§15): at the boundary, site s+1's finish (its pre backward, forming the post's share of
+x_{s+1}'s gradient from H_{s+1} and x_{s+2}'s gradient), then site s's prepare (its
+MhcPostBackward without grad_x, from x_{s+1}'s gradient). The autograd Functions, for L
+sites:
 
     _PreSide   (block.py)  site 0's pre
     _Boundary              site s's post and site s+1's pre, s = 0 .. L-2
     _PostSide  (block.py)  site L-1's post
 
 with the sub-layers between them, each keeping its own autograd graph, as in MhcBlock.
-x_s reaches each post detached; the post's backward hands its grad (fp32) to the backward
-holding site s's pre (a _Handoff per site), which adds it in its own pass as
-grad_x_post. A boundary's backward runs after the next one's: it waits for the grads of
-site s+1's h_post and H, which only site s+1's post produces.
+x_s reaches each post detached; the post's backward hands H_s and x_{s+1}'s gradient to
+the backward holding site s's pre (a _Handoff per site), whose finish adds the post's
+share in its own pass. A boundary's backward runs after the next one's: it waits for the
+grads of site s+1's h_post and H, which only site s+1's post produces.
 """
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .._core import run_post_forward, run_post_pre_backward, run_post_pre_forward
+from .._core import run_post_forward, run_post_pre_forward, run_site_backward_finish, run_site_backward_prepare
 from ..ops import mhc_collapse, npu_mhc_post
 from .block import MhcBlock, _Config, _Handoff, _pre_forward, _PostSide, _PreSide, _take_caches
 
@@ -110,8 +113,8 @@ class _Boundary(torch.autograd.Function):
         (cfg_s, cfg), (handoff_s, handoff) = ctx.cfgs, ctx.handoffs
         needs = ctx.needs_input_grad
         saved = ctx.saved_tensors
-        grad_x_next, handoff.grad_x = handoff.grad_x, None
-        if grad_x_next is None and all(g is None for g in grads):
+        post, handoff.post = handoff.post, None  # site s+1's H and x_{s+2}'s gradient
+        if post is None and all(g is None for g in grads):
             handoff.forward = None
             if ctx.streams is not None:
                 ctx.streams.release(ctx.site + 1)
@@ -142,13 +145,14 @@ class _Boundary(torch.autograd.Function):
         if grad_h is None:
             grad_h = torch.zeros(h_post_next.shape + h_post_next.shape[-1:], dtype=f32)
         phi, alpha, bias, gamma, pre_mix = inputs
-        (grad_x, grad_h_s, grad_h_out, grad_h_post_s, grad_pre_mix, grad_phi, grad_alpha, grad_bias,
-         grad_gamma) = run_post_pre_backward(
-            x, h, h_out, h_post, phi, alpha, bias, pre_mix, gamma, x_next, grad_x_next, grad_h_in, grad_h_pre,
-            grad_h_post, grad_h, inv_rms, h_mix, h_pre, h_post_next, int(cfg.single_pass), cfg.num_iters, cfg.hc_eps,
-            cfg.norm_eps, cfg.sinkhorn_eps, grad_x_dtype=f32, with_grad_h_res=needs[1],
-            with_grad_pre_mix=needs[13])
-        handoff_s.grad_x = grad_x
+        h_next, grad_x_after = post if post is not None else (None, None)
+        grad_x_next, grad_pre_mix, grad_phi, grad_alpha, grad_bias, grad_gamma = run_site_backward_finish(
+            x_next, phi, alpha, bias, pre_mix, gamma, h_next, grad_x_after, grad_h_in, grad_h_pre, grad_h_post, grad_h,
+            inv_rms, h_mix, h_pre, h_post_next, int(cfg.single_pass), cfg.num_iters, cfg.hc_eps, cfg.norm_eps,
+            cfg.sinkhorn_eps, with_grad_pre_mix=needs[13])
+        grad_h_s, grad_h_out, grad_h_post_s = run_site_backward_prepare(grad_x_next, x, h, h_out, h_post,
+                                                                        with_grad_h_res=needs[1])
+        handoff_s.post = (h, grad_x_next)
         if ctx.streams is not None:
             ctx.streams.release(ctx.site + 1)
         grads = (None, grad_h_s, grad_h_out, grad_h_post_s) + (None,) * 5 + (

@@ -18,7 +18,7 @@ bool same_view(const TensorView& a, const TensorView& b) {
 
 struct Weight {
   WeakImpl impl{c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>()};
-  uint32_t version = 0;
+  int64_t version = 0;  // Tensor::_version()
   TensorView view;
   bool same(const at::Tensor& t, const TensorView& v) const {
     // lock(): the tensor still lives and is this one (an address reused by a new one is another).
@@ -26,7 +26,7 @@ struct Weight {
            t._version() == version;
   }
   static Weight of(const at::Tensor& t, const TensorView& v) {
-    return {WeakImpl(t.getIntrusivePtr()), uint32_t(t._version()), v};
+    return {WeakImpl(t.getIntrusivePtr()), t._version(), v};
   }
 };
 

@@ -3,6 +3,7 @@
 // uses these loops too; the SIMD family gives the same bits. Each sum starts
 // from its first term and adds the others in index order.
 #include "core/dtype.hpp"
+#include "kernels/common/post_grad_x.hpp"
 #include "kernels/common/post_sums.hpp"
 #include "kernels/tables.hpp"
 
@@ -43,16 +44,10 @@ void backward(const PostBackwardOperands& o, float*, int64_t t0, int64_t t1) {
     const float* h_post = o.h_post.at(t);
     const float* H = s.has_h_res ? o.h_res.at(t) : nullptr;
     for (int64_t d = 0; d < D; ++d) {
-      for (int64_t i = 0; i < N; ++i) {
-        float acc;
-        if (H != nullptr) {
-          acc = H[i * N] * g(t, 0, d);
-          for (int64_t j = 1; j < N; ++j) acc = acc + H[i * N + j] * g(t, j, d);
-        } else {
-          acc = g(t, i, d);
-        }
-        core::store_element(o.grad_x.data, s.grad_x_dtype, o.grad_x.at(t, i) + d, acc);
-      }
+      if (o.grad_x.present())  // absent: the site backward's prepare (SPEC §15)
+        for (int64_t i = 0; i < N; ++i)
+          core::store_element(o.grad_x.data, s.grad_x_dtype, o.grad_x.at(t, i) + d,
+                              common::post_grad_x(H, N, i, [&](int64_t j) { return g(t, j, d); }));
       float acc = h_post[0] * g(t, 0, d);
       for (int64_t j = 1; j < N; ++j) acc = acc + h_post[j] * g(t, j, d);
       core::store_element(o.grad_h_out.data, dt, o.grad_h_out.at(t, 0) + d, acc);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/common/hf32.hpp"
+#include "kernels/common/post_grad_x.hpp"
 #include "kernels/tables.hpp"
 #include "kernels/reference/reference.hpp"
 #include "kernels/reference/operand_io.hpp"
@@ -108,6 +109,15 @@ void pre_backward(const BackwardOperands& o) {
   in.h_pre = gather(o.h_pre, 0, d.T, d.N);
   if (!d.head) in.h_post = gather(o.h_post, 0, d.T, d.N);
   if (o.grad_x_post.present()) in.grad_x_post = gather(o.grad_x_post, o.grad_x_post_dtype, 0, d.T, d.N, d.D);
+  if (o.post_grad_out.present()) {  // the site backward's finish: the post's fp32 grad_x, as its family forms it
+    in.grad_x_post.resize(size_t(d.T * d.K));
+    for (int64_t t = 0; t < d.T; ++t)
+      for (int64_t n = 0; n < d.N; ++n)
+        for (int64_t j = 0; j < d.D; ++j)
+          in.grad_x_post[size_t(t * d.K + n * d.D + j)] = common::post_grad_x(o.post_h_res.at(t), d.N, n, [&](int64_t i) {
+            return core::load_element(o.post_grad_out.data, d.x_dtype, o.post_grad_out.at(t, i) + j);
+          });
+  }
   if (o.pre_mix.present()) in.pre_mix = gather(o.pre_mix, 0, d.T, d.N);
   if (o.grad_h_pre.present()) in.grad_h_pre = gather(o.grad_h_pre, 0, d.T, d.N);
   in.grad_h_pre_adds = o.grad_h_pre_adds;

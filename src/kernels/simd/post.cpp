@@ -218,7 +218,8 @@ HWY_INLINE void AddQuads(DF df, const TokenQuads* quads, int64_t count, bool fir
   }
 }
 
-template <DType T, DType GX>
+// kGradX false: no grad_x (the site backward's prepare, SPEC §15).
+template <DType T, DType GX, bool kGradX>
 void BackwardFour(const PostBackwardOperands& o, int64_t t0, int64_t t1, const TokenQuads (&scratch)[2], bool stream) {
   const DF df;
   constexpr int kN = 4;
@@ -232,7 +233,7 @@ void BackwardFour(const PostBackwardOperands& o, int64_t t0, int64_t t1, const T
     const float* H = s.has_h_res ? o.h_res.at(t) : nullptr;
     VF g[kN];
     for (int j = 0; j < kN; ++j) g[j] = LoadColumns<T>(df, o.grad_out.data, o.grad_out.at(t, j) + d, valid, pad);
-    for (int i = 0; i < kN; ++i) {
+    for (int i = 0; i < kN && kGradX; ++i) {
       if (H != nullptr) {
         gx[i] = hn::Mul(hn::Set(df, H[i * kN]), g[0]);
         for (int j = 1; j < kN; ++j) gx[i] = hn::Add(gx[i], hn::Mul(hn::Set(df, H[i * kN + j]), g[j]));
@@ -256,7 +257,7 @@ void BackwardFour(const PostBackwardOperands& o, int64_t t0, int64_t t1, const T
         VF gx0[kN], gx1[kN], gho0, gho1;
         columns(t, d, L, d - b0, quads, gx0, gho0);
         columns(t, d + L, L, d + L - b0, quads, gx1, gho1);
-        for (int i = 0; i < kN; ++i) {
+        for (int i = 0; i < kN && kGradX; ++i) {
           if constexpr (GX == DType::bf16) {
             StoreBF16Pair(df, gx0[i], gx1[i], static_cast<uint16_t*>(o.grad_x.data) + o.grad_x.at(t, i) + d, stream);
           } else {
@@ -271,7 +272,7 @@ void BackwardFour(const PostBackwardOperands& o, int64_t t0, int64_t t1, const T
       const int64_t valid = std::min(L, b1 - d);
       VF gx[kN], gho;
       columns(t, d, valid, d - b0, quads, gx, gho);
-      for (int i = 0; i < kN; ++i) StoreColumns<GX>(df, gx[i], o.grad_x.data, o.grad_x.at(t, i) + d, valid, stream);
+      for (int i = 0; i < kN && kGradX; ++i) StoreColumns<GX>(df, gx[i], o.grad_x.data, o.grad_x.at(t, i) + d, valid, stream);
       StoreColumns<T>(df, gho, o.grad_h_out.data, o.grad_h_out.at(t, 0) + d, valid, stream);
     }
   };
@@ -301,7 +302,7 @@ void BackwardFour(const PostBackwardOperands& o, int64_t t0, int64_t t1, const T
 
 // Any N: grad_x and grad_h_out across columns, the sums over D in the
 // reference's scalar loops (common::post_sums_over_d).
-template <DType T, DType GX>
+template <DType T, DType GX, bool kGradX>
 void BackwardTokens(const PostBackwardOperands& o, int64_t t0, int64_t t1, float* gs, bool stream) {
   const DF df;
   const PostShape& s = o.shape;
@@ -314,7 +315,7 @@ void BackwardTokens(const PostBackwardOperands& o, int64_t t0, int64_t t1, float
       const int64_t valid = std::min(L, D - d);
       for (int64_t j = 0; j < N; ++j)
         hn::Store(LoadColumns<T>(df, o.grad_out.data, o.grad_out.at(t, j) + d, valid, pad), df, gs + j * L);
-      for (int64_t i = 0; i < N; ++i) {
+      for (int64_t i = 0; i < N && kGradX; ++i) {
         VF acc;
         if (H != nullptr) {
           acc = hn::Mul(hn::Set(df, H[i * N]), hn::Load(df, gs));
@@ -337,14 +338,15 @@ void Backward(const PostBackwardOperands& o, float* scratch, int64_t t0, int64_t
   [[maybe_unused]] const int64_t L = hn::Lanes(DF());
   float* base = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) / 64 * 64);
   const bool stream = Streams(s, s.grad_x_dtype, o.streaming_stores);
-  const bool fp32 = s.grad_x_dtype == DType::fp32;
+  const bool fp32 = s.grad_x_dtype == DType::fp32, grad_x = o.grad_x.present();
 #if MHC_POST_QUADS
   if (s.N == 4 && (L == 8 || L == 16)) {
     const TokenQuads quads[2] = {{base, base + 4 * kQuadBlock, base + 8 * kQuadBlock},
                                  {base + 9 * kQuadBlock, base + 13 * kQuadBlock, base + 17 * kQuadBlock}};
     WithDType(s.x_dtype, [&]<DType T>() {
-      if (fp32) return BackwardFour<T, DType::fp32>(o, t0, t1, quads, stream);
-      BackwardFour<T, T>(o, t0, t1, quads, stream);
+      if (!grad_x) return BackwardFour<T, T, false>(o, t0, t1, quads, stream);
+      if (fp32) return BackwardFour<T, DType::fp32, true>(o, t0, t1, quads, stream);
+      BackwardFour<T, T, true>(o, t0, t1, quads, stream);
     });
     if (stream) hwy::FlushStream();
     return;
@@ -352,8 +354,9 @@ void Backward(const PostBackwardOperands& o, float* scratch, int64_t t0, int64_t
 #endif
   {
     WithDType(s.x_dtype, [&]<DType T>() {
-      if (fp32) return BackwardTokens<T, DType::fp32>(o, t0, t1, base, stream);
-      BackwardTokens<T, T>(o, t0, t1, base, stream);
+      if (!grad_x) return BackwardTokens<T, T, false>(o, t0, t1, base, stream);
+      if (fp32) return BackwardTokens<T, DType::fp32, true>(o, t0, t1, base, stream);
+      BackwardTokens<T, T, true>(o, t0, t1, base, stream);
     });
   }
   if (stream) hwy::FlushStream();

@@ -8,7 +8,9 @@
 //              registers while the chunk's tokens stream through the item's tile;
 //              gu = phi^T G accumulates in the gu tile, and the last block of rows
 //              leaves y = gamma*gu + c*v there and adds the chunk's sums of v*gu;
-//  3. rows:    grad_x = h_pre*grad_h_in + y + grad_x_post of each token, in order.
+//  3. rows:    grad_x = h_pre*grad_h_in + y + grad_x_post of each token, in order
+//              (the site backward's finish forms grad_x_post here from the post's
+//              H and grad_out, as MhcPostBackward's fp32 grad_x).
 // A lane's tiles are shared by its workers; which worker does what never changes a bit.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/pre_backward.cpp"
@@ -178,6 +180,22 @@ void BackwardColumns(const BackwardStep& step, int64_t t0, int64_t t1, const Col
   });
 }
 
+// MhcPostBackward's fp32 grad_x of stream n at columns j (common::post_grad_x's
+// order): sum_i H[n, i] g_i over the post's grad_out rows of token t.
+template <DType T>
+HWY_INLINE VF PostGradX(DF df, const BackwardOperands& o, int64_t t, int64_t n, int64_t j, int64_t width) {
+  const int64_t N = o.shape.N;
+  const float* H = o.post_h_res.at(t) + n * N;
+  auto g = [&](int64_t i) HWY_ATTR {
+    const int64_t at = o.post_grad_out.at(t, i) + j;
+    return width == int64_t(hn::Lanes(df)) ? LoadT<T>(df, o.post_grad_out.data, at)
+                                           : LoadRow(df, o.post_grad_out.data, T, at, 1, width);
+  };
+  VF acc = hn::Mul(hn::Set(df, H[0]), g(0));
+  for (int64_t i = 1; i < N; ++i) acc = hn::Add(acc, hn::Mul(hn::Set(df, H[i]), g(i)));
+  return acc;
+}
+
 // grad_x = h_pre[n] grad_h_in + y + grad_x_post (y = gamma gu + c v, left in
 // the gu tile by the column phase's last block of rows), token by token.
 void BackwardRows(const BackwardStep& step, int64_t chunk0, int64_t t0, int64_t t1) {
@@ -186,7 +204,7 @@ void BackwardRows(const BackwardStep& step, int64_t chunk0, int64_t t0, int64_t 
   const DF df;
   const Tiles tiles = TilesOf(step);
   const int64_t L = tiles.L, full = d.D / L * L;
-  const bool has_post = o.grad_x_post.present();
+  const bool has_post = o.grad_x_post.present(), site_post = o.post_grad_out.present();
   // grad_x far larger than the caches: stream it to memory.
   const bool stream = o.streaming_stores && d.T * d.K * core::element_size(d.x_dtype) > kStreamBytes;
   const DType post_dtype = o.grad_x_post_dtype;  // x's or fp32
@@ -204,6 +222,7 @@ void BackwardRows(const BackwardStep& step, int64_t chunk0, int64_t t0, int64_t 
           if (has_post)
             gx = hn::Add(gx, post_dtype == T ? LoadT<T>(df, o.grad_x_post.data, post_at + j)
                                              : LoadT<DType::fp32>(df, o.grad_x_post.data, post_at + j));
+          if (site_post) gx = hn::Add(gx, PostGradX<T>(df, o, t, n, j, L));
           if (stream) StreamT<T>(df, gx, o.grad_x.data, out_at + j);
           else StoreT<T>(df, gx, o.grad_x.data, out_at + j);
         }
@@ -212,6 +231,7 @@ void BackwardRows(const BackwardStep& step, int64_t chunk0, int64_t t0, int64_t 
           const VF y = hn::Load(df, tiles.gu_at(n, strip, t - chunk0));
           VF gx = hn::MulAdd(h_pre, LoadRow(df, o.grad_h_in.data, T, gh_at + j, 1, width), y);
           if (has_post) gx = hn::Add(gx, LoadRow(df, o.grad_x_post.data, post_dtype, post_at + j, 1, width));
+          if (site_post) gx = hn::Add(gx, PostGradX<T>(df, o, t, n, j, width));
           StoreRow(df, gx, o.grad_x.data, T, out_at + j, 1, width);
         }
       }

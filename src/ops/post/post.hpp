@@ -13,6 +13,7 @@ namespace mhc::ops::post {
 // What a face asks of validation besides SPEC's tensors.
 struct Rules {
   bool fp32_grad_x = true;  // grad_x may be fp32 (the aclnn face keeps CANN's: x's dtype)
+  bool grad_x = true;       // false: no grad_x, out.grad_x unread (the site backward's prepare, SPEC §15)
 };
 
 Status validate_forward(const PostForwardInputs& in, const PostForwardOutputs& out, const Options& options,

@@ -44,6 +44,15 @@ void fill(core::PostProblem* p, const TokenSpace& s, Isa isa, const TensorView& 
   p->h_post = s.resolve(h_post);
 }
 
+// grad_x: x's dtype, or fp32 when the face allows it.
+Status check_grad_x(const TensorView& grad_x, const TokenSpace& s, const ShapeOption& streams, bool fp32_allowed) {
+  if (!fp32_allowed || grad_x.dtype == s.dtype) return check_like_x("grad_x", grad_x, s, streams);
+  MHC_RETURN_IF_ERROR(check_view("grad_x", grad_x));
+  if (grad_x.dtype != DType::fp32)
+    return dtype_error("grad_x", std::string(core::dtype_name(s.dtype)) + " (x's dtype) or fp32", grad_x.dtype);
+  return check_shape("grad_x", grad_x, {streams}, nullptr);
+}
+
 }  // namespace
 
 Status validate_forward(const PostForwardInputs& in, const PostForwardOutputs& out, const Options& options,
@@ -72,20 +81,14 @@ Status validate_backward(const PostBackwardInputs& in, const PostBackwardOutputs
   MHC_RETURN_IF_ERROR(check_inputs(in.x, in.h_res, in.h_out, in.h_post, &s, &shapes));
   MHC_RETURN_IF_ERROR(check_like_x("grad_out", in.grad_out, s, shapes.streams));
   MHC_RETURN_IF_ERROR(check_threads(options.num_threads));
-  if (rules.fp32_grad_x && out.grad_x.dtype != s.dtype) {  // x's dtype, or fp32
-    MHC_RETURN_IF_ERROR(check_view("grad_x", out.grad_x));
-    if (out.grad_x.dtype != DType::fp32)
-      return dtype_error("grad_x", std::string(core::dtype_name(s.dtype)) + " (x's dtype) or fp32", out.grad_x.dtype);
-    MHC_RETURN_IF_ERROR(check_shape("grad_x", out.grad_x, {shapes.streams}, nullptr));
-  } else {
-    MHC_RETURN_IF_ERROR(check_like_x("grad_x", out.grad_x, s, shapes.streams));
-  }
+  if (rules.grad_x) MHC_RETURN_IF_ERROR(check_grad_x(out.grad_x, s, shapes.streams, rules.fp32_grad_x));
   if (out.grad_h_res) MHC_RETURN_IF_ERROR(check_fp32("grad_h_res", *out.grad_h_res, {shapes.matrix}));
   MHC_RETURN_IF_ERROR(check_like_x("grad_h_out", out.grad_h_out, s, shapes.columns));
   MHC_RETURN_IF_ERROR(check_fp32("grad_h_post", out.grad_h_post, {shapes.vector}));
   NamedList inputs = {{"grad_out", &in.grad_out}, {"x", &in.x}, {"h_out", &in.h_out}, {"h_post", &in.h_post}};
   if (in.h_res) inputs.push_back({"h_res", &*in.h_res});
-  NamedList outputs = {{"grad_x", &out.grad_x}};
+  NamedList outputs;
+  if (rules.grad_x) outputs.push_back({"grad_x", &out.grad_x});
   if (out.grad_h_res) outputs.push_back({"grad_h_res", &*out.grad_h_res});
   outputs.push_back({"grad_h_out", &out.grad_h_out});
   outputs.push_back({"grad_h_post", &out.grad_h_post});
@@ -95,7 +98,7 @@ Status validate_backward(const PostBackwardInputs& in, const PostBackwardOutputs
   core::PostProblem problem;
   fill(&problem, s, isa, in.x, in.h_res, in.h_out, in.h_post);
   problem.grad_out = s.resolve(in.grad_out);
-  problem.grad_x = s.resolve(out.grad_x);
+  if (rules.grad_x) problem.grad_x = s.resolve(out.grad_x);
   if (out.grad_h_res) problem.grad_h_res = s.resolve(*out.grad_h_res);
   problem.grad_h_out = s.resolve(out.grad_h_out);
   problem.grad_h_post = s.resolve(out.grad_h_post);

@@ -44,6 +44,8 @@ Staging staging_of(core::BackwardProblem* p) {
   staging.add(&p->h_post, View::token_rows, false);
   staging.add(&p->gamma, View::matrix, false);
   staging.add(&p->grad_x_post, View::stream_rows, false);
+  staging.add(&p->post_grad_out, View::stream_rows, false);
+  staging.add(&p->post_h_res, View::token_rows, false);
   staging.add(&p->pre_mix, View::token_rows, false);
   staging.add(&p->grad_h_pre, View::token_rows, false);
   staging.add(&p->grad_pre_mix, View::token_rows, true);
@@ -72,6 +74,8 @@ kernels::BackwardOperands operands_of(const core::BackwardProblem& p) {
   o.h_post = token_rows<const float>(p.h_post);
   o.grad_x_post = stream_rows<const void>(p.grad_x_post);
   if (p.grad_x_post.data != nullptr) o.grad_x_post_dtype = p.grad_x_post.dtype;
+  o.post_grad_out = stream_rows<const void>(p.post_grad_out);
+  o.post_h_res = token_rows<const float>(p.post_h_res);
   o.pre_mix = token_rows<const float>(p.pre_mix);
   o.grad_h_pre = token_rows<const float>(p.grad_h_pre);
   o.grad_pre_mix = token_rows<float>(p.grad_pre_mix);

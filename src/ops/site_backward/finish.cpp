@@ -1,0 +1,59 @@
+// The site backward's finish (SPEC §15): the site's pre backward as MhcPostPre's
+// backward runs it (V4: own h_pre; V4.1: the single pass), its grad_x_post the
+// post's fp32 grad_x formed in its rows from h_res and grad_x_next.
+#include <string>
+
+#include "ops/composition.hpp"
+#include "ops/pre/operands.hpp"
+#include "ops/site_backward/site_backward.hpp"
+
+namespace mhc::ops::site_backward {
+
+Status validate_finish(const SiteBackwardFinishInputs& in, const SiteBackwardFinishOutputs& out,
+                       const Options& options, pre_single_pass::BackwardProblem* p) {
+  if (in.single_pass != 0 && in.single_pass != 1)
+    return value_error("single_pass", "expected 0 (V4) or 1 (V4.1), got " + std::to_string(in.single_pass));
+  if (in.single_pass == 0 && in.pre_mix)
+    return value_error("pre_mix", "expected absent with single_pass = 0 (V4 collapses with the site's own h_pre)");
+  if (in.single_pass == 0 && out.grad_pre_mix)
+    return value_error("grad_pre_mix", "expected absent with single_pass = 0 (V4 has no pre_mix)");
+  pre_single_pass::BackwardProblem problem;
+  // grad_x_next stands where the pre backward takes grad_x_post: its checks are those.
+  const PreSinglePassBackwardInputs pre_in{in.x,        in.phi,      in.alpha,       in.bias,     in.gamma,
+                                           in.pre_mix,  in.grad_h_in, in.grad_h_pre, in.grad_h_post, in.grad_h_res,
+                                           in.inv_rms,  in.h_mix,    in.h_pre,       in.h_post,   in.grad_x_next,
+                                           in.sinkhorn_eps, in.num_iters};
+  const PreSinglePassBackwardOutputs pre_out{out.grad_x,     out.grad_pre_mix, out.grad_phi,
+                                             out.grad_alpha, out.grad_bias,    out.grad_gamma};
+  MHC_RETURN_IF_ERROR(renamed(pre_single_pass::validate_backward(pre_in, pre_out, options, &problem),
+                              {{"grad_x_post", "grad_x_next"}}));
+  TokenSpace s;
+  MHC_RETURN_IF_ERROR(check_x("x", in.x, &s));
+  const core::Dims& d = s.dims;
+  if (in.grad_x_next)  // the post's grad_out: x's dtype only
+    MHC_RETURN_IF_ERROR(check_like_x("grad_x_next", *in.grad_x_next, s, s.shape({"N", "D"}, {d.N, d.D})));
+  if (in.h_res) MHC_RETURN_IF_ERROR(check_fp32("h_res", *in.h_res, {s.shape({"N", "N"}, {d.N, d.N})}));
+  // The rows read all of a token's grad_x_next while they write its grad_x: no alias, not even an exact one.
+  NamedList inputs;
+  if (in.h_res) inputs.push_back({"h_res", &*in.h_res});
+  if (in.grad_x_next) inputs.push_back({"grad_x_next", &*in.grad_x_next});
+  NamedList outputs = {{"grad_x", &out.grad_x},         {"grad_phi", &out.grad_phi},
+                       {"grad_alpha", &out.grad_alpha}, {"grad_bias", &out.grad_bias}};
+  if (out.grad_pre_mix) outputs.push_back({"grad_pre_mix", &*out.grad_pre_mix});
+  if (out.grad_gamma) outputs.push_back({"grad_gamma", &*out.grad_gamma});
+  MHC_RETURN_IF_ERROR(check_outputs_disjoint(inputs, outputs, nullptr, nullptr));
+  problem.own_h_pre = in.single_pass == 0;
+  if (in.h_res && in.grad_x_next) {  // without H the post's grad_x is grad_x_next itself: read as grad_x_post
+    problem.pre.post_grad_out = problem.pre.grad_x_post;
+    problem.pre.post_h_res = s.resolve(*in.h_res);
+    problem.pre.grad_x_post = {};
+  }
+  *p = problem;
+  return {};
+}
+
+Status run_finish_in_thread_workspace(const pre_single_pass::BackwardProblem& problem, int num_threads) {
+  return pre_single_pass::run_backward_in_thread_workspace(problem, num_threads);
+}
+
+}  // namespace mhc::ops::site_backward
