@@ -123,8 +123,8 @@ def main():
     f = 2 * n + n * n
     print(f"# {args.blocks} blocks, x [T={t}, N={n}, D={d}] {args.dtype}, sub-layer {args.sublayer}, "
           f"{args.threads} threads; per block x is {t * n * d * elt / MIB:.2f} MiB, h_out "
-          f"{t * d * elt / MIB:.2f} MiB, the pre caches + h_post + z_res + H "
-          f"{t * (1 + f + 2 * n + 2 * n * n) * 4 / MIB:.2f} MiB", flush=True)
+          f"{t * d * elt / MIB:.2f} MiB, the pre caches + h_post + H "
+          f"{t * (1 + f + 2 * n + n * n) * 4 / MIB:.2f} MiB", flush=True)
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072", MHC_OUTPUT_CACHE_MB="0")
     rows = {}
     for config in args.configs.split(","):

@@ -59,7 +59,7 @@ struct CommandLine {
                "          e T=1 N=4 D=7168 bf16 (forward only) |\n"
                "          decode T=1,4,16,32,64 N=4 D=4096,7168 bf16 forward, C++ and aclnn, with the floor probe |\n"
                "          post MhcPost T=4096 N=4 D=4096 bf16 | sinkhorn MhcSinkhorn T=65536 N=4 20 iterations |\n"
-               "          boundary MhcPostPre (V4, V4.1) and the single-pass backward T=4096 N=4 D=4096 bf16\n");
+               "          boundary MhcPostPre (V4, V4.1), the single-pass and the site backward T=4096 N=4 D=4096 bf16\n");
   std::exit(error ? 2 : 0);
 }
 

@@ -3,7 +3,7 @@
 #   1. ASan + UBSan (clang): the C++ tests of the quick tier (tests/cpp, tests/kernels, tests/aclnn),
 #      each GoogleTest binary whole, every family checked in turn inside the suites that do so;
 #   2. TSan (GCC): the threaded tests (determinism, concurrency, the aclnn tests);
-#   3. libFuzzer: the eighteen fuzz targets replay their corpus (tests/fuzz/corpus), then fuzz
+#   3. libFuzzer: the twenty-one fuzz targets replay their corpus (tests/fuzz/corpus), then fuzz
 #      for MHC_FUZZ_SECONDS each.
 # Steps 1 and 3 share one build (clang, ASan + UBSan, libFuzzer's coverage hooks on every
 # target, which the test programs leave unused): the library is compiled with sanitizers once.
@@ -89,7 +89,7 @@ elapsed() { echo "$(( $(date +%s) - start ))s"; }
 fuzz_targets=(fuzz_pre_forward fuzz_pre_backward fuzz_aclnn_mhc_pre fuzz_aclnn_mhc_pre_v2
               fuzz_aclnn_mhc_pre_backward fuzz_aclnn_mhc_pre_backward_v2
               fuzz_sinkhorn fuzz_post fuzz_pre_sinkhorn fuzz_single_pass fuzz_collapse fuzz_post_pre
-              fuzz_rms_norm
+              fuzz_rms_norm fuzz_site_backward
               fuzz_aclnn_mhc_sinkhorn fuzz_aclnn_mhc_sinkhorn_backward fuzz_aclnn_mhc_post
               fuzz_aclnn_mhc_post_backward fuzz_aclnn_mhc_pre_sinkhorn fuzz_aclnn_mhc_pre_sinkhorn_backward
               fuzz_drivers)

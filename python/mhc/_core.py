@@ -97,6 +97,14 @@ def _check(name, t, expected=_X_DTYPES, optional=False):
     return t
 
 
+def _check_described(op, **tensors):
+    """_check of each tensor argument as the operator's description (operators.def) gives
+    it: fp32 or x's dtypes, None allowed where it is nullable. The tensors, in order."""
+    described = {a["name"]: a for a in _lib.OPERATORS[op]["args"]}
+    return tuple(_check(name, t, "fp32" if described[name]["dtypes"] == "fp32" else _X_DTYPES,
+                        optional=described[name]["nullable"]) for name, t in tensors.items())
+
+
 def _view(t):
     """The mhc_tensor view of a checked tensor, or None (-> NULL) for an absent one."""
     if t is None:
@@ -674,6 +682,17 @@ def run_pre_single_pass_forward(x, phi, alpha, bias, pre_mix, gamma, num_iters, 
     return h_in, h_pre, h_post, h_res, inv_rms, h_mix
 
 
+def _single_pass_grads(empty, x, phi, pre_mix, gamma, with_grad_pre_mix):
+    """The single pass's (and the site backward finish's) gradients, allocated by `empty`:
+    (grad_x, grad_pre_mix, grad_phi, grad_alpha, grad_bias, grad_gamma), grad_pre_mix None
+    without pre_mix or with_grad_pre_mix, grad_gamma None without gamma."""
+    lead, n, d, f = _output_dims(x, phi)
+    f32 = torch.float32
+    return (empty(x.shape, x.dtype), empty(lead + (n,), f32) if pre_mix is not None and with_grad_pre_mix else None,
+            empty((f, n * d), f32), empty((3,), f32), empty((f,), f32),
+            empty((n, d), f32) if gamma is not None else None)
+
+
 def run_pre_single_pass_backward(x, phi, alpha, bias, pre_mix, gamma, grad_h_in, grad_h_pre, grad_h_post,
                                  grad_h_res, inv_rms, h_mix, h_pre, h_post, num_iters, hc_eps, norm_eps,
                                  sinkhorn_eps, grad_x_post=None, with_grad_pre_mix=True):
@@ -685,16 +704,10 @@ def run_pre_single_pass_backward(x, phi, alpha, bias, pre_mix, gamma, grad_h_in,
                                    grad_h_in=grad_h_in, grad_h_pre=grad_h_pre, grad_h_post=grad_h_post,
                                    grad_h_res=grad_h_res, inv_rms=inv_rms, h_mix=h_mix, h_pre=h_pre,
                                    h_post=h_post, grad_x_post=grad_x_post)
-    lead, n, d, f = _output_dims(x, phi)
-    f32 = torch.float32
-    grad_x = empty(x.shape, x.dtype)
-    grad_pre_mix = empty(lead + (n,), f32) if pre_mix is not None and with_grad_pre_mix else None
-    grad_phi = empty((f, n * d), f32)
-    grad_alpha = empty((3,), f32)
-    grad_bias = empty((f,), f32)
-    grad_gamma = empty((n, d), f32) if gamma is not None else None
+    grad_x, grad_pre_mix, grad_phi, grad_alpha, grad_bias, grad_gamma = grads = _single_pass_grads(
+        empty, x, phi, pre_mix, gamma, with_grad_pre_mix)
     if shape_only:
-        return grad_x, grad_pre_mix, grad_phi, grad_alpha, grad_bias, grad_gamma
+        return grads
     _call("pre_single_pass_backward", _options(norm_eps, hc_eps), x=x, phi=phi, alpha=alpha, bias=bias,
           gamma=gamma, pre_mix=pre_mix, grad_h_in=grad_h_in, grad_h_pre=grad_h_pre, grad_h_post=grad_h_post,
           grad_h_res=grad_h_res, inv_rms=inv_rms, h_mix=h_mix, h_pre=h_pre, h_post=h_post,
@@ -888,15 +901,8 @@ def run_site_backward_finish(x, phi, alpha, bias, pre_mix, gamma, h_res, grad_x_
                                    grad_x_next=grad_x_next, grad_h_in=grad_h_in, grad_h_pre=grad_h_pre,
                                    grad_h_post=grad_h_post, grad_h_res=grad_h_res, inv_rms=inv_rms, h_mix=h_mix,
                                    h_pre=h_pre, h_post=h_post)
-    lead, n, d, f = _output_dims(x, phi)
-    f32 = torch.float32
-    grad_x = empty(x.shape, x.dtype)
-    grad_pre_mix = empty(lead + (n,), f32) if pre_mix is not None and with_grad_pre_mix else None
-    grad_phi = empty((f, n * d), f32)
-    grad_alpha = empty((3,), f32)
-    grad_bias = empty((f,), f32)
-    grad_gamma = empty((n, d), f32) if gamma is not None else None
-    grads = grad_x, grad_pre_mix, grad_phi, grad_alpha, grad_bias, grad_gamma
+    grad_x, grad_pre_mix, grad_phi, grad_alpha, grad_bias, grad_gamma = grads = _single_pass_grads(
+        empty, x, phi, pre_mix, gamma, with_grad_pre_mix)
     if not shape_only:
         _call("site_backward_finish", _options(norm_eps, hc_eps), x=x, phi=phi, alpha=alpha, bias=bias, gamma=gamma,
               pre_mix=pre_mix, h_res=h_res, grad_x_next=grad_x_next, grad_h_in=grad_h_in, grad_h_pre=grad_h_pre,
@@ -912,11 +918,8 @@ def mhc_site_backward_prepare(grad_x_next, x, h_res, h_out, h_post):
     site's MhcPostBackward without grad_x, from grad_x_next (the grad of the site's output
     x_next) -> (grad_h_res, grad_h_out, grad_h_post); grad_h_res None without h_res. Its
     grad_x comes from mhc_site_backward_finish, which forms it again instead of reading it."""
-    grad_x_next = _check("grad_x_next", grad_x_next)
-    x = _check("x", x)
-    h_res = _check("h_res", h_res, "fp32", optional=True)
-    h_out = _check("h_out", h_out)
-    h_post = _check("h_post", h_post, "fp32")
+    grad_x_next, x, h_res, h_out, h_post = _check_described(
+        "site_backward_prepare", grad_x_next=grad_x_next, x=x, h_res=h_res, h_out=h_out, h_post=h_post)
     return run_site_backward_prepare(grad_x_next, x, h_res, h_out, h_post, with_grad_h_res=h_res is not None)
 
 
@@ -931,22 +934,11 @@ def mhc_site_backward_finish(x, phi, alpha, bias, pre_mix, gamma, h_res, grad_x_
     grad_x_next; None: no post grad), with grad_x_post formed as MhcPostBackward's fp32
     grad_x. Returns (grad_x, grad_pre_mix, grad_phi, grad_alpha, grad_bias, grad_gamma): the
     bits of mhc_post_backward (grad_x in fp32) then the pre backward with it as grad_x_post."""
-    x = _check("x", x)
-    phi = _check("phi", phi, "fp32")
-    alpha = _check("alpha", alpha, "fp32")
-    bias = _check("bias", bias, "fp32")
-    pre_mix = _check("pre_mix", pre_mix, "fp32", optional=True)
-    gamma = _check("gamma", gamma, "fp32", optional=True)
-    h_res = _check("h_res", h_res, "fp32", optional=True)
-    grad_x_next = _check("grad_x_next", grad_x_next, optional=True)
-    grad_h_in = _check("grad_h_in", grad_h_in)
-    grad_h_pre = _check("grad_h_pre", grad_h_pre, "fp32", optional=True)
-    grad_h_post = _check("grad_h_post", grad_h_post, "fp32")
-    grad_h_res = _check("grad_h_res", grad_h_res, "fp32")
-    inv_rms = _check("inv_rms", inv_rms, "fp32")
-    h_mix = _check("h_mix", h_mix, "fp32")
-    h_pre = _check("h_pre", h_pre, "fp32")
-    h_post = _check("h_post", h_post, "fp32")
+    (x, phi, alpha, bias, pre_mix, gamma, h_res, grad_x_next, grad_h_in, grad_h_pre, grad_h_post, grad_h_res, inv_rms,
+     h_mix, h_pre, h_post) = _check_described(
+        "site_backward_finish", x=x, phi=phi, alpha=alpha, bias=bias, pre_mix=pre_mix, gamma=gamma, h_res=h_res,
+        grad_x_next=grad_x_next, grad_h_in=grad_h_in, grad_h_pre=grad_h_pre, grad_h_post=grad_h_post,
+        grad_h_res=grad_h_res, inv_rms=inv_rms, h_mix=h_mix, h_pre=h_pre, h_post=h_post)
     single_pass = _single_pass_flag(single_pass)
     num_iters = _num_iters(num_iters)
     hc_eps = _eps("hc_eps", hc_eps)
@@ -966,25 +958,12 @@ def mhc_post_pre_backward(x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, ga
     run_post_pre_forward), and the grads of its outputs (grad_x_next and grad_h_pre may be
     None: 0). Returns run_post_pre_backward's nine gradients. MhcPostPreFunction's backward
     is this computation; it is here for the callers that keep the caches themselves."""
-    x = _check("x", x)
-    h_res = _check("h_res", h_res, "fp32", optional=True)
-    h_out = _check("h_out", h_out)
-    h_post = _check("h_post", h_post, "fp32")
-    phi = _check("phi", phi, "fp32")
-    alpha = _check("alpha", alpha, "fp32")
-    bias = _check("bias", bias, "fp32")
-    pre_mix = _check("pre_mix", pre_mix, "fp32", optional=True)
-    gamma = _check("gamma", gamma, "fp32", optional=True)
-    x_next = _check("x_next", x_next)
-    grad_x_next = _check("grad_x_next", grad_x_next, optional=True)
-    grad_h_in = _check("grad_h_in", grad_h_in)
-    grad_h_pre = _check("grad_h_pre", grad_h_pre, "fp32", optional=True)
-    grad_h_post_next = _check("grad_h_post_next", grad_h_post_next, "fp32")
-    grad_h_res_next = _check("grad_h_res_next", grad_h_res_next, "fp32")
-    inv_rms = _check("inv_rms", inv_rms, "fp32")
-    h_mix = _check("h_mix", h_mix, "fp32")
-    h_pre = _check("h_pre", h_pre, "fp32")
-    h_post_next = _check("h_post_next", h_post_next, "fp32")
+    (x, h_res, h_out, h_post, phi, alpha, bias, pre_mix, gamma, x_next, grad_x_next, grad_h_in, grad_h_pre,
+     grad_h_post_next, grad_h_res_next, inv_rms, h_mix, h_pre, h_post_next) = _check_described(
+        "post_pre_backward", x=x, h_res=h_res, h_out=h_out, h_post=h_post, phi=phi, alpha=alpha, bias=bias,
+        pre_mix=pre_mix, gamma=gamma, x_next=x_next, grad_x_next=grad_x_next, grad_h_in=grad_h_in,
+        grad_h_pre=grad_h_pre, grad_h_post_next=grad_h_post_next, grad_h_res_next=grad_h_res_next, inv_rms=inv_rms,
+        h_mix=h_mix, h_pre=h_pre, h_post_next=h_post_next)
     single_pass = _single_pass_flag(single_pass)
     num_iters = _num_iters(num_iters)
     hc_eps = _eps("hc_eps", hc_eps)

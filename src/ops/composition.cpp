@@ -60,6 +60,16 @@ Status check_residual_branch(const TensorView& x, const TensorView& phi, const T
   return {};
 }
 
+Status check_site_variant(int64_t single_pass, bool pre_mix, bool grad_pre_mix) {
+  if (single_pass != 0 && single_pass != 1)
+    return value_error("single_pass", "expected 0 (V4) or 1 (V4.1), got " + std::to_string(single_pass));
+  if (single_pass == 0 && pre_mix)
+    return value_error("pre_mix", "expected absent with single_pass = 0 (V4 collapses with the site's own h_pre)");
+  if (single_pass == 0 && grad_pre_mix)
+    return value_error("grad_pre_mix", "expected absent with single_pass = 0 (V4 has no pre_mix)");
+  return {};
+}
+
 Status check_three_entries(const core::Dims& d, const TensorView& alpha, const char* what) {
   if (d.alpha_entries() != 3) return shape_error("alpha", std::string("[3] (") + what + ")", alpha);
   return {};

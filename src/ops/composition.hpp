@@ -27,6 +27,10 @@ Status check_three_entries(const core::Dims& d, const TensorView& alpha, const c
 Status check_residual_branch(const TensorView& x, const TensorView& phi, const TensorView& alpha, const char* whose,
                              const char* what);
 
+// The site's variant of the composed V4/V4.1 operators (MhcPostPre, the site backward):
+// single_pass 0 (V4: no pre_mix, and no grad_pre_mix asked for) or 1 (V4.1).
+Status check_site_variant(int64_t single_pass, bool pre_mix, bool grad_pre_mix);
+
 // An inner operator's message in the composed operator's words: each whole word
 // `own` said as `said` (the inner x is the composed operator's x_next, ...).
 struct Rename {

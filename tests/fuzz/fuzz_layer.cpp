@@ -1,6 +1,6 @@
 // The layer's fuzz targets (fuzz_layer.hpp): generation, the calls through both
 // faces and the operator layer, the oracles (the V4.1 operators' parts in
-// fuzz_layer_v41.cpp).
+// fuzz_layer_v41.cpp, the site backward's in fuzz_layer_site.cpp).
 #include "fuzz_layer.hpp"
 
 #include <algorithm>
@@ -115,18 +115,24 @@ LayerProblem generate_problem(Bytes& in, LayerOp op) {
   p.grad_h_pre = !(flags & 4);
   p.grad_x_post = flags & 8;
   p.grad_pre_mix = p.pre_mix != bool(flags & 32);  // asked for without pre_mix: rejected
-  if (op == LayerOp::post_pre) {
-    // The boundary: either variant; V4 with a pre_mix (a rejection) now and then.
+  if (op == LayerOp::post_pre || op == LayerOp::site) {
+    // The boundary and the site backward: either variant; V4 with a pre_mix (a rejection) now and then.
     const uint8_t more = in.u8();
     p.v41 = more & 1;
     p.h_res = !(more & 2);
     p.grad_h_res = !(more & 4);
     if (!p.v41 && p.pre_mix) p.pre_mix = in.chance(16);
     p.grad_pre_mix = p.pre_mix != bool(flags & 32);
+    if (op == LayerOp::site) {
+      // grad_x_next given three times in four; grad_pre_mix against pre_mix (a rejection) one in four.
+      p.grad_x_post = (more & 24) != 24;
+      p.grad_pre_mix = p.pre_mix != ((flags & 96) == 96);
+    }
   }
   static const mhc::DType types[] = {mhc::DType::bf16, mhc::DType::fp16, mhc::DType::fp32};
   p.x_dtype = types[in.pick(3)];
   p.grad_x_dtype = in.chance(64) ? MHC_FP32 : int32_t(p.x_dtype);
+  if (op == LayerOp::site && !(flags & 128)) p.grad_x_dtype = int32_t(p.x_dtype);  // fp32 grad_x_next: a rejection
   static const double eps[] = {1e-6, 0.0, 1e-3, 0.5, 1e-30, 1e30, -1.0,
                                std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()};
   const size_t e = in.pick(32), h = in.pick(32), n = in.pick(32);
@@ -157,6 +163,7 @@ LayerProblem generate_problem(Bytes& in, LayerOp op) {
                2 * steps * T * N * p.pitch > (1 << 17);
       case LayerOp::single_pass:
       case LayerOp::post_pre:
+      case LayerOp::site:
         return T * p.K() > (1 << 13) || p.F() * p.K() > (1 << 14) || T * N * N * steps > (1 << 16);
       case LayerOp::collapse: return T * N * p.D > (1 << 14);
       case LayerOp::rms_norm: return T * p.D > (1 << 14);
@@ -178,6 +185,7 @@ std::vector<Slot> slots_of(const LayerProblem& p) {
     case LayerOp::collapse:
     case LayerOp::post_pre:
     case LayerOp::rms_norm: return layer::v41_slots(p);
+    case LayerOp::site: return layer::site_slots(p);
     case LayerOp::sinkhorn:
       if (!p.backward)
         return {{"z", false, true, f32, mat, true},
@@ -294,6 +302,7 @@ mhc::Status call_cpp(Case& c, const LayerProblem& p, uint8_t* base, const mhc::O
     case LayerOp::collapse:
     case LayerOp::post_pre:
     case LayerOp::rms_norm: return layer::v41_call_cpp(c, p, base, o);
+    case LayerOp::site: return layer::site_call_cpp(c, p, base, o);
   }
   return {};
 }
@@ -341,6 +350,7 @@ mhc::Status validate(Case& c, const LayerProblem& p, uint8_t* base, const mhc::O
     case LayerOp::collapse:
     case LayerOp::post_pre:
     case LayerOp::rms_norm: return layer::v41_validate(c, p, base, o, size);
+    case LayerOp::site: return layer::site_validate(c, p, base, o, size);
   }
   (void)bytes;
   return s;
@@ -374,7 +384,8 @@ int call_c(Case& c, const LayerProblem& p, uint8_t* base, const mhc::Options& o,
                                            "pre_single_pass_forward", "pre_single_pass_backward",
                                            "collapse_forward",        "collapse_backward",
                                            "post_pre_forward",        "post_pre_backward",
-                                           "rms_norm_forward",        "rms_norm_forward"};
+                                           "rms_norm_forward",        "rms_norm_forward",
+                                           "site_backward_prepare",   "site_backward_finish"};
   return mhc_test::call_described(
       kOperators[size_t(int(p.op) * 2 + p.backward)], at, [&](const char*) { return p.eps; },  // eps, sinkhorn_eps
       [&](const char* name) { return std::strcmp(name, "single_pass") == 0 ? int64_t(p.v41) : p.I; }, &opt,
@@ -495,6 +506,9 @@ void check_accepted(Case& c, const LayerProblem& p, const Arena& arena, const mh
       layer::v41_unfused_boundary(c, p, copy.data(), o);
       compare_outputs(c, p, arena.base, copy.data(), arena, "the unfused chain's");
     }
+  } else if (p.op == LayerOp::site) {  // prepare and finish, either variant, on every family
+    layer::site_unfused(c, p, copy.data(), o);
+    compare_outputs(c, p, arena.base, copy.data(), arena, "the unfused chain's");
   } else {  // MhcSinkhorn, MhcPost, MhcCollapse, MhcRmsNorm: every family gives the reference family's bits
     mhc::Options ref = o;
     ref.isa = mhc::Isa::reference;

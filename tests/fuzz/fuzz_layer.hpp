@@ -1,8 +1,10 @@
 // The fuzz targets of the rest of the layer (docs/reliability.md, "Fuzzing"):
 // MhcSinkhorn, MhcPost, the fused MhcPreSinkhorn, V4.1's MhcPreSinglePass and
 // MhcCollapse, the fused boundary MhcPostPre and the engines' MhcRmsNorm
-// (fuzz_layer_v41.cpp), forward or backward (the input's first byte; MhcRmsNorm
-// has only a forward), through the C++ and the C face.
+// (fuzz_layer_v41.cpp), the site backward (fuzz_layer_site.cpp), forward or
+// backward (the input's first byte; MhcRmsNorm has only a forward, the site
+// backward's prepare is its forward and its finish its backward), through the C++
+// and the C face.
 //
 // One input, one call, generated as for the MhcPre targets (fuzz_common.hpp:
 // shapes, dtypes, scalars among the edge values, then per tensor a layout and
@@ -17,8 +19,10 @@
 //     pre_mix on a family other than the reference gives h_in = x's stream 0 bit
 //     for bit (SPEC §14); MhcPostPre's forward gives the bits of the unfused chain
 //     (MhcPost, then MhcPre + MhcSinkhorn or MhcPreSinglePass: SPEC §15) on every
-//     family; and a rerun with another thread count at another address
-//     gives the same bits.
+//     family; the site backward's prepare and finish give, on every family, the bits
+//     of the unfused chain (MhcPostBackward with an fp32 grad_x, then the site's pre
+//     backward with it as grad_x_post: SPEC §15); and a rerun with another thread
+//     count at another address gives the same bits.
 #pragma once
 
 #include <cstddef>
@@ -33,7 +37,7 @@
 
 namespace mhc_fuzz {
 
-enum class LayerOp { sinkhorn, post, pre_sinkhorn, single_pass, collapse, post_pre, rms_norm };
+enum class LayerOp { sinkhorn, post, pre_sinkhorn, single_pass, collapse, post_pre, rms_norm, site };
 void run_layer_target(const uint8_t* data, size_t size, LayerOp op);
 
 namespace layer {
@@ -54,9 +58,9 @@ struct LayerProblem {
   bool gamma = false;         // single pass: gamma (and grad_gamma) given
   bool pre_mix = true;        // single pass: pre_mix given (absent: the first site)
   bool grad_h_pre = true;     // single pass backward: grad_h_pre given (absent: 0)
-  bool grad_x_post = false;   // single pass backward: grad_x_post given (grad_x_dtype)
+  bool grad_x_post = false;   // single pass backward: grad_x_post given (grad_x_dtype); post_pre, site: grad_x_next
   bool grad_pre_mix = true;   // single pass backward: asked for (without pre_mix: a rejection)
-  bool v41 = false;           // post_pre: site s+1 is a single pass (single_pass = 1)
+  bool v41 = false;           // post_pre: site s+1 is a single pass (single_pass = 1); site: finish's single_pass
   mhc::DType x_dtype = mhc::DType::bf16;
   int32_t grad_x_dtype = MHC_BF16;
   double eps = 1e-6, hc_eps = 1e-6, norm_eps = 1e-6;  // eps: the Sinkhorn's (sinkhorn_eps)
@@ -66,13 +70,14 @@ struct LayerProblem {
   int64_t K() const { return N * D; }
   int64_t F() const { return 2 * N + N * N; }
   const char* name() const {
-    static const char* names[7][2] = {{"sinkhorn_forward", "sinkhorn_backward"},
+    static const char* names[8][2] = {{"sinkhorn_forward", "sinkhorn_backward"},
                                       {"post_forward", "post_backward"},
                                       {"pre_sinkhorn_forward", "pre_sinkhorn_backward"},
                                       {"pre_single_pass_forward", "pre_single_pass_backward"},
                                       {"collapse_forward", "collapse_backward"},
                                       {"post_pre_forward", "post_pre_backward"},
-                                      {"rms_norm_forward", "rms_norm_forward"}};
+                                      {"rms_norm_forward", "rms_norm_forward"},
+                                      {"site_backward_prepare", "site_backward_finish"}};
     return names[int(op)][backward];
   }
 };
@@ -108,6 +113,14 @@ mhc::Status v41_call_cpp(Case& c, const LayerProblem& p, uint8_t* base, const mh
 mhc::Status v41_validate(Case& c, const LayerProblem& p, uint8_t* base, const mhc::Options& o, bool size);
 void v41_check_first_site(Case& c, const LayerProblem& p, uint8_t* after, const mhc::Options& o);
 void v41_unfused_boundary(Case& c, const LayerProblem& p, uint8_t* copy, const mhc::Options& o);
+
+// The site backward's parts (fuzz_layer_site.cpp), for p.op site (prepare when
+// !p.backward, finish when p.backward): as above, and the unfused chain that writes
+// the call's outputs on `copy`, the arena as it was.
+std::vector<Slot> site_slots(const LayerProblem& p);
+mhc::Status site_call_cpp(Case& c, const LayerProblem& p, uint8_t* base, const mhc::Options& o);
+mhc::Status site_validate(Case& c, const LayerProblem& p, uint8_t* base, const mhc::Options& o, bool size);
+void site_unfused(Case& c, const LayerProblem& p, uint8_t* copy, const mhc::Options& o);
 
 }  // namespace layer
 }  // namespace mhc_fuzz

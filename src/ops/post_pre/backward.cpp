@@ -42,12 +42,7 @@ Status validate_backward(const PostPreBackwardInputs& in, const PostPreBackwardO
                                                       {out.grad_x, out.grad_h_res, out.grad_h_out, out.grad_h_post},
                                                       options, &problem.post),
                               {{"grad_out", "x_next"}}));
-  if (in.single_pass != 0 && in.single_pass != 1)
-    return value_error("single_pass", "expected 0 (V4) or 1 (V4.1), got " + std::to_string(in.single_pass));
-  if (in.single_pass == 0 && in.pre_mix)
-    return value_error("pre_mix", "expected absent with single_pass = 0 (V4 collapses with the site's own h_pre)");
-  if (in.single_pass == 0 && out.grad_pre_mix)
-    return value_error("grad_pre_mix", "expected absent with single_pass = 0 (V4 has no pre_mix)");
+  MHC_RETURN_IF_ERROR(check_site_variant(in.single_pass, in.pre_mix.has_value(), out.grad_pre_mix.has_value()));
   // x_next stands for the gradient the pre's backward writes into the workspace.
   const PreSinglePassBackwardInputs pre_in{
       in.x_next,  in.phi,      in.alpha,     in.bias,    in.gamma,         in.pre_mix,

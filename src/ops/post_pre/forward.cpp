@@ -21,10 +21,7 @@ Status validate_forward(const PostPreForwardInputs& in, const PostPreForwardOutp
   MHC_RETURN_IF_ERROR(renamed(post::validate_forward({in.x, in.h_res, in.h_out, in.h_post}, {out.x_next}, options,
                                                      &problem.post),
                               {{"out", "x_next"}}));
-  if (in.single_pass != 0 && in.single_pass != 1)
-    return value_error("single_pass", "expected 0 (V4) or 1 (V4.1), got " + std::to_string(in.single_pass));
-  if (in.single_pass == 0 && in.pre_mix)
-    return value_error("pre_mix", "expected absent with single_pass = 0 (V4 collapses with the site's own h_pre)");
+  MHC_RETURN_IF_ERROR(check_site_variant(in.single_pass, in.pre_mix.has_value(), false));
   const PreSinglePassForwardInputs pre_in{out.x_next, in.phi,     in.alpha,          in.bias,
                                           in.gamma,   in.pre_mix, in.sinkhorn_eps, in.num_iters};
   const PreSinglePassForwardOutputs pre_out{out.h_in,       out.h_pre,   out.h_post_next,

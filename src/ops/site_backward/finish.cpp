@@ -1,8 +1,6 @@
 // The site backward's finish (SPEC §15): the site's pre backward as MhcPostPre's
 // backward runs it (V4: own h_pre; V4.1: the single pass), its grad_x_post the
 // post's fp32 grad_x formed in its rows from h_res and grad_x_next.
-#include <string>
-
 #include "ops/composition.hpp"
 #include "ops/pre/operands.hpp"
 #include "ops/site_backward/site_backward.hpp"
@@ -11,12 +9,7 @@ namespace mhc::ops::site_backward {
 
 Status validate_finish(const SiteBackwardFinishInputs& in, const SiteBackwardFinishOutputs& out,
                        const Options& options, pre_single_pass::BackwardProblem* p) {
-  if (in.single_pass != 0 && in.single_pass != 1)
-    return value_error("single_pass", "expected 0 (V4) or 1 (V4.1), got " + std::to_string(in.single_pass));
-  if (in.single_pass == 0 && in.pre_mix)
-    return value_error("pre_mix", "expected absent with single_pass = 0 (V4 collapses with the site's own h_pre)");
-  if (in.single_pass == 0 && out.grad_pre_mix)
-    return value_error("grad_pre_mix", "expected absent with single_pass = 0 (V4 has no pre_mix)");
+  MHC_RETURN_IF_ERROR(check_site_variant(in.single_pass, in.pre_mix.has_value(), out.grad_pre_mix.has_value()));
   pre_single_pass::BackwardProblem problem;
   // grad_x_next stands where the pre backward takes grad_x_post: its checks are those.
   const PreSinglePassBackwardInputs pre_in{in.x,        in.phi,      in.alpha,       in.bias,     in.gamma,
