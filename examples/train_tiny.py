@@ -11,8 +11,8 @@ L layers of [attention sub-layer, MLP sub-layer], each sub-layer an mhc.nn.MhcBl
 
 (the sub-layer is rmsnorm + attention or rmsnorm + MLP); then mhc.nn.MhcHead, the
 weighted sum of the streams, the final norm and the output projection. The backward
-is the library's: MhcPostBackward, MhcSinkhornBackward, MhcPreBackward with the post's
-grad_x as grad_x_post.
+is the library's: per site the site backward (SPEC §15), MhcPostBackward without grad_x,
+then MhcSinkhornBackward and MhcPreBackward forming the post's share of grad_x.
 
 --variant v4.1 is DeepSeek-V4.1's single pass (SPEC §14): each sub-layer an
 MhcBlock(single_pass=True), whose h_in collapses the streams with the previous site's h_pre

@@ -1,6 +1,7 @@
 """mhc: the operators of an mHC layer on CPU torch tensors: MhcPre, MhcSinkhorn, MhcPost,
 CANN's fused MhcPreSinkhorn, DeepSeek-V4.1's MhcPreSinglePass and MhcCollapse, the fused
-layer boundary MhcPostPre, and their backwards.
+layer boundary MhcPostPre, and their backwards; the site backward's two steps
+(mhc_site_backward_prepare, mhc_site_backward_finish), which mhc.nn's blocks run.
 
     h_in, h_post, h_res, inv_rms, h_mix, h_pre = mhc.npu_mhc_pre(x, phi, alpha, bias, out_flag=1)
     # inner_precise=1: h_mix's product on HF32-rounded operands (SPEC §7)

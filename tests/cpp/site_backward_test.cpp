@@ -378,6 +378,15 @@ TEST(SiteBackwardValidation, MessagesNameThisOperatorsTensors) {
          return mhc::site_backward_finish(finish_inputs(b, c), out, {});
        },
        "grad_x: output memory overlaps input grad_x_next", true},
+      {"grad_x over grad_x_next's memory, another view", base, none,
+       [](Bag& b, const Case& c) {
+         mhc::SiteBackwardFinishOutputs out = finish_outputs(b);
+         out.grad_x = TensorView(b["grad_x_next"].view().data, DType::bf16, {3, 4, 16}, {64, 1, 4});
+         return mhc::site_backward_finish(finish_inputs(b, c), out, {});
+       },
+       "grad_x: output memory overlaps input grad_x_next", true},
+      {"finish: grad_x_next fp16", base, [](Bag& b) { b["grad_x_next"] = make_tensor(DType::fp16, {3, 4, 16}); },
+       finish, "grad_x_next: expected dtype bf16 (x's dtype), got fp16", true},
   };
   for (const Rule& r : rules) {
     SCOPED_TRACE(r.what);

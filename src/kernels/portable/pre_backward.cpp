@@ -83,8 +83,8 @@ void backward_columns(const BackwardStep& step, int64_t t0, int64_t t1, const Co
       if (o.grad_x_post.present())
         gx += core::load_element(o.grad_x_post.data, o.grad_x_post_dtype, o.grad_x_post.at(t, item.n) + j);
       if (o.post_grad_out.present())  // the site backward's finish
-        gx += common::post_grad_x(o.post_h_res.at(t), d.N, item.n, [&](int64_t i) {
-          return core::load_element(o.post_grad_out.data, d.x_dtype, o.post_grad_out.at(t, i) + j);
+        gx += common::post_grad_x(o.post_h_res.at(t), d.N, item.n, [&](int64_t row) {
+          return core::load_element(o.post_grad_out.data, d.x_dtype, o.post_grad_out.at(t, row) + j);
         });
       core::store_element(o.grad_x.data, d.x_dtype, o.grad_x.at(t, item.n) + j, gx);
       gamma_partial[i] += v[i] * gu[i];

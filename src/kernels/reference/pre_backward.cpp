@@ -114,8 +114,8 @@ void pre_backward(const BackwardOperands& o) {
     for (int64_t t = 0; t < d.T; ++t)
       for (int64_t n = 0; n < d.N; ++n)
         for (int64_t j = 0; j < d.D; ++j)
-          in.grad_x_post[size_t(t * d.K + n * d.D + j)] = common::post_grad_x(o.post_h_res.at(t), d.N, n, [&](int64_t i) {
-            return core::load_element(o.post_grad_out.data, d.x_dtype, o.post_grad_out.at(t, i) + j);
+          in.grad_x_post[size_t(t * d.K + n * d.D + j)] = common::post_grad_x(o.post_h_res.at(t), d.N, n, [&](int64_t row) {
+            return core::load_element(o.post_grad_out.data, d.x_dtype, o.post_grad_out.at(t, row) + j);
           });
   }
   if (o.pre_mix.present()) in.pre_mix = gather(o.pre_mix, 0, d.T, d.N);
