@@ -227,8 +227,9 @@ class MhcBlock(MhcParameters):
     the sub-layer's backward, then its finish: MhcSinkhornBackward recomputing from the
     logits and MhcPreBackward, or the single pass's backward (h_pre's grad as its
     grad_h_pre), forming the post's share of grad_x in its pass. The bits of the chain
-    with MhcPostBackward's grad_x in fp32 as MhcPreBackward's grad_x_post. Without grad mode (or with nothing requiring grad) the operators are
-    called directly, keeping nothing.
+    with MhcPostBackward's grad_x in fp32 as MhcPreBackward's grad_x_post. Without grad
+    mode (or with nothing requiring grad) the operators are called directly, keeping
+    nothing.
     """
 
     def __init__(self, n_streams, hidden, sublayer, *, gamma=None, num_iters=20, hc_eps=1e-6,
