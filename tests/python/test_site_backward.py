@@ -4,8 +4,9 @@ npu_mhc_post_backward's grad_h_res, grad_h_out and grad_h_post; finish bitwise t
 pre backward given the post's grad_x in fp32 as grad_x_post (V4.1: the single pass's
 backward; V4: MhcSinkhornBackward from the logits formed again from the caches, then
 npu_mhc_pre_backward). Strided and stride-0 (expanded) gradients, an identity post (no H),
-no gradient of x_next, 1 and 2 threads; errors in these functions' words. Their agreement
-with float64 autograd is MhcBlock's (test_nn_block.py), whose backward they are."""
+no gradient of x_next, 1 and 2 threads, a token's outputs alone and in a batch; errors in
+these functions' words. Their agreement with float64 autograd is MhcBlock's
+(test_nn_block.py), whose backward they are."""
 import pytest
 import torch
 
@@ -108,6 +109,22 @@ def test_threads_give_the_same_bits(single_pass):
     finally:
         mhc.set_num_threads(0)
     assert_equal_runs(runs[0], runs[1], "1 vs 2 threads")
+
+
+@pytest.mark.parametrize("single_pass", [False, True], ids=["v4", "v4.1"])
+def test_per_token_outputs_do_not_depend_on_the_batch(single_pass):
+    """grad_x and prepare's outputs of tokens [3, 7) alone: the bits they have in the batch."""
+    s = make_site("bf16", single_pass, seed=5)
+    whole = steps(s, single_pass, s["h"], s["grad_x_next"])
+    part = {k: (v.reshape((-1,) + v.shape[2:])[3:7] if torch.is_tensor(v) and v.shape[:2] == LEAD else v)
+            for k, v in s.items()}
+    alone = steps(part, single_pass, part["h"], part["grad_x_next"])
+    per_token = lambda t: t.reshape((-1,) + t.shape[2:])[3:7]  # noqa: E731
+    for name, a, b in zip(POST_NAMES, whole[0], alone[0]):
+        assert_same_bits(name, per_token(a), b, "tokens 3..6 alone vs in the batch")
+    assert_same_bits("grad_x", per_token(whole[1][0]), alone[1][0], "tokens 3..6 alone vs in the batch")
+    if single_pass:
+        assert_same_bits("grad_pre_mix", per_token(whole[1][1]), alone[1][1], "tokens 3..6 alone vs in the batch")
 
 
 def test_errors_name_the_arguments():
