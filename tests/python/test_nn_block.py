@@ -673,3 +673,20 @@ def test_single_pass_no_grad_and_any_leading_dims(dtype):
     assert_same_bits("pre_mix", grads.pop("pre_mix").view(12, N), grads_t.pop("pre_mix"), "[2,3,2] vs [12]")
     for name in grads:
         assert_same_bits(name, grads[name], grads_t[name], "[2,3,2] vs [12]")
+
+
+def test_a_partial_backward_leaves_nothing_for_the_next():
+    """autograd.grad to the sub-layer's weights alone runs the post side's backward and not
+    the pre side's; a later backward from h_pre (V4.1), which reaches the pre side only,
+    must not take what the first left: x's gradient is the one a fresh graph gives."""
+    torch.manual_seed(3)
+    block = mhc.nn.MhcBlock(N, D, Sub(D, 24), single_pass=True)
+    perturb(block, 5)
+    x = make_x(torch.bfloat16)
+    xa = x.clone().requires_grad_()
+    out, h_pre = block(xa, make_pre_mix())
+    torch.autograd.grad(out.float().sum(), list(block.sublayer.parameters()), retain_graph=True)
+    h_pre.square().sum().backward()
+    xb = x.clone().requires_grad_()
+    block(xb, make_pre_mix())[1].square().sum().backward()
+    assert_same_bits("grad_x", xa.grad, xb.grad, "after a partial backward vs a fresh graph")

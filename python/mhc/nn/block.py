@@ -118,6 +118,16 @@ def _pre_backward(cfg, x, phi, alpha, bias, gamma, pre_mix, caches, grads, post,
     return grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma, grad_pre_mix
 
 
+def _take_post(handoff, grads):
+    """The site post's (H, grad of x_next) its backward handed over in this backward pass,
+    taken (and cleared). None when the grads of h_post and H (the pre side's last two
+    outputs, which only the post side gives grads) are both absent: then the post side did
+    not run in this pass, and what an earlier partial pass (autograd.grad to the sub-layer's
+    weights, say) left is not this pass's."""
+    post, handoff.post = handoff.post, None
+    return post if grads[-1] is not None or grads[-2] is not None else None
+
+
 def _take_caches(handoff, cfg, x, phi, alpha, bias, gamma, pre_mix, saved):
     """A pre side's caches in its backward: kept (saved), recomputed by its post side's
     backward (handed over), or, when that did not run (no grad reached x_next), recomputed
@@ -148,7 +158,7 @@ class _PreSide(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, *grads):
         cfg, handoff = ctx.cfg, ctx.handoff
-        post, handoff.post = handoff.post, None
+        post = _take_post(handoff, grads)
         saved = ctx.saved_tensors
         inputs = saved[:6]
         caches = _take_caches(handoff, cfg, *inputs, saved[6:])

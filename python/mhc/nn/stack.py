@@ -30,7 +30,7 @@ from torch.autograd.function import once_differentiable
 
 from .._core import run_post_forward, run_post_pre_forward, run_site_backward_finish, run_site_backward_prepare
 from ..ops import mhc_collapse, npu_mhc_post
-from .block import MhcBlock, _Config, _Handoff, _pre_forward, _PostSide, _PreSide, _take_caches
+from .block import MhcBlock, _Config, _Handoff, _pre_forward, _PostSide, _PreSide, _take_caches, _take_post
 
 
 class _Streams:
@@ -113,7 +113,7 @@ class _Boundary(torch.autograd.Function):
         (cfg_s, cfg), (handoff_s, handoff) = ctx.cfgs, ctx.handoffs
         needs = ctx.needs_input_grad
         saved = ctx.saved_tensors
-        post, handoff.post = handoff.post, None  # site s+1's H and x_{s+2}'s gradient
+        post = _take_post(handoff, grads)  # site s+1's H and x_{s+2}'s gradient
         if post is None and all(g is None for g in grads):
             handoff.forward = None
             if ctx.streams is not None:
