@@ -249,7 +249,7 @@ void expect_post_grad_x_in_spec_order(Bag& b, const Case& c) {
         want[size_t((t * c.N + i) * c.D + d)] = acc;
       }
   std::vector<uint32_t> bits(want.size());
-  std::memcpy(bits.data(), want.data(), want.size() * sizeof(float));
+  if (!want.empty()) std::memcpy(bits.data(), want.data(), want.size() * sizeof(float));  // T = 0: no pointers
   EXPECT_EQ(b["u_post_grad_x"].raw(), bits) << "post_backward's fp32 grad_x";
 }
 
