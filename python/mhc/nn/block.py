@@ -92,7 +92,7 @@ def _pre_forward(x, phi, alpha, bias, gamma, pre_mix, cfg):
     return (h_in, h_post, h), (inv_rms, h_mix, h_pre, h_post)
 
 
-def _pre_backward(cfg, x, phi, alpha, bias, gamma, pre_mix, caches, grads, post, h_in_shape, needs):
+def _pre_backward(cfg, x, phi, alpha, bias, gamma, pre_mix, caches, grads, post, h_in_shape, with_grad_pre_mix):
     """The pre side's backward from its outputs' grads (None: zero): (grad_x, grad_phi,
     grad_alpha, grad_bias, grad_gamma, grad_pre_mix). The site backward's finish: V4's
     MhcSinkhornBackward and MhcPreBackward, or V4.1's single pass backward (h_pre's grad
@@ -114,7 +114,7 @@ def _pre_backward(cfg, x, phi, alpha, bias, gamma, pre_mix, caches, grads, post,
     grad_x, grad_pre_mix, grad_phi, grad_alpha, grad_bias, grad_gamma = run_site_backward_finish(
         x, phi, alpha, bias, pre_mix, gamma, h, grad_x_next, grad_h_in, grad_h_pre, grad_h_post, grad_h, inv_rms,
         h_mix, h_pre, h_post, int(cfg.single_pass), cfg.num_iters, cfg.hc_eps, cfg.norm_eps, cfg.sinkhorn_eps,
-        with_grad_pre_mix=needs[5])
+        with_grad_pre_mix=with_grad_pre_mix)
     return grad_x, grad_phi, grad_alpha, grad_bias, grad_gamma, grad_pre_mix
 
 
@@ -163,7 +163,7 @@ class _PreSide(torch.autograd.Function):
         inputs = saved[:6]
         caches = _take_caches(handoff, cfg, *inputs, saved[6:])
         needs = ctx.needs_input_grad
-        result = _pre_backward(cfg, *inputs, caches, grads, post, ctx.h_in_shape, needs)
+        result = _pre_backward(cfg, *inputs, caches, grads, post, ctx.h_in_shape, needs[5])
         return tuple(g if need else None for g, need in zip(result, needs[:6])) + (None, None)
 
 

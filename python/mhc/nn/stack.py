@@ -28,9 +28,10 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .._core import run_post_forward, run_post_pre_forward, run_site_backward_finish, run_site_backward_prepare
+from .._core import run_post_forward, run_post_pre_forward, run_site_backward_prepare
 from ..ops import mhc_collapse, npu_mhc_post
-from .block import MhcBlock, _Config, _Handoff, _pre_forward, _PostSide, _PreSide, _take_caches, _take_post
+from .block import (MhcBlock, _Config, _Handoff, _pre_backward, _pre_forward, _PostSide, _PreSide, _take_caches,
+                    _take_post)
 
 
 class _Streams:
@@ -132,24 +133,9 @@ class _Boundary(torch.autograd.Function):
             h, h_post = saved[8:10]
             saved_caches = saved[10:]
         caches = _take_caches(handoff, cfg, x_next, *inputs, saved_caches)
-        inv_rms, h_mix, h_pre, h_post_next = caches[-4:]
-        if cfg.single_pass:
-            grad_h_in, grad_h_pre, grad_h_post, grad_h = grads
-        else:
-            (grad_h_in, grad_h_post, grad_h), grad_h_pre = grads, None
-        f32 = torch.float32
-        if grad_h_in is None:
-            grad_h_in = torch.zeros(ctx.h_in_shape, dtype=x.dtype)
-        if grad_h_post is None:
-            grad_h_post = torch.zeros(h_post_next.shape, dtype=f32)
-        if grad_h is None:
-            grad_h = torch.zeros(h_post_next.shape + h_post_next.shape[-1:], dtype=f32)
-        phi, alpha, bias, gamma, pre_mix = inputs
-        h_next, grad_x_after = post if post is not None else (None, None)
-        grad_x_next, grad_pre_mix, grad_phi, grad_alpha, grad_bias, grad_gamma = run_site_backward_finish(
-            x_next, phi, alpha, bias, pre_mix, gamma, h_next, grad_x_after, grad_h_in, grad_h_pre, grad_h_post, grad_h,
-            inv_rms, h_mix, h_pre, h_post_next, int(cfg.single_pass), cfg.num_iters, cfg.hc_eps, cfg.norm_eps,
-            cfg.sinkhorn_eps, with_grad_pre_mix=needs[13])
+        # site s+1's finish, as the block's pre side runs it
+        grad_x_next, grad_phi, grad_alpha, grad_bias, grad_gamma, grad_pre_mix = _pre_backward(
+            cfg, x_next, *inputs, caches, grads, post, ctx.h_in_shape, needs[13])
         grad_h_s, grad_h_out, grad_h_post_s = run_site_backward_prepare(grad_x_next, x, h, h_out, h_post,
                                                                         with_grad_h_res=needs[1])
         handoff_s.post = (h, grad_x_next)
