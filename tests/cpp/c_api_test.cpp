@@ -82,7 +82,9 @@ TEST(CApi, DescriptionTablesAreConsistent) {
     for (int32_t a = 0; a < ops[i].num_args; ++a) {
       const mhc_arg_desc& arg = ops[i].args[a];
       EXPECT_TRUE(arg.kind >= MHC_ARG_TENSOR_IN && arg.kind <= MHC_ARG_INT64) << ops[i].name << "." << arg.name;
-      if (arg.kind == MHC_ARG_TENSOR_IN || arg.kind == MHC_ARG_TENSOR_OUT) EXPECT_STRNE(arg.dtypes, "") << arg.name;
+      if (arg.kind == MHC_ARG_TENSOR_IN || arg.kind == MHC_ARG_TENSOR_OUT) {
+        EXPECT_STRNE(arg.dtypes, "") << arg.name;
+      }
     }
   }
   EXPECT_EQ(names.count("sinkhorn_forward"), 1u);

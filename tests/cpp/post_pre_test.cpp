@@ -239,8 +239,9 @@ TEST_P(PostPreChain, BitwiseEqualsTheUnfusedChain) {
     ASSERT_TRUE(s.ok()) << s.message();
     unfused(b, c, options_for(isa));
     for (const std::string& name : kForwardOutputs) EXPECT_EQ(b[name].raw(), b["u_" + name].raw()) << name;
-    if (backward_bitwise)
+    if (backward_bitwise) {
       for (const std::string& name : backward_outputs(c)) EXPECT_EQ(b[name].raw(), b["u_" + name].raw()) << name;
+    }
   }
 }
 INSTANTIATE_TEST_SUITE_P(Cases, PostPreChain, ::testing::ValuesIn(chain_cases()),
@@ -305,8 +306,9 @@ TEST(PostPreValidation, MessagesNameThisOperatorsTensors) {
     const mhc::Status s = fused(b, r.c, {});
     ASSERT_FALSE(s.ok());
     EXPECT_EQ(s.message().rfind(r.message, 0), 0u) << s.message();
-    if (std::string(r.message).rfind("grad", 0) != 0) EXPECT_TRUE  // backward rules: the forward ran first
-     (b.snapshot() == before) << "a rejected call wrote memory";
+    if (std::string(r.message).rfind("grad", 0) != 0) {  // backward rules: the forward ran first
+      EXPECT_TRUE(b.snapshot() == before) << "a rejected call wrote memory";
+    }
   }
   // single_pass names its two values.
   Bag b = make_bag(base);
