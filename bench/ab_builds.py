@@ -13,14 +13,15 @@ builds' outputs are bitwise equal (a change that means to keep the bits must sho
         [--isa-a FAMILY] [--isa-b FAMILY]
 
 --op: one or more (comma-separated) of pre_forward, pre_backward, post_forward,
-post_backward, site_backward_prepare and site_backward_finish (V4: MhcSinkhornBackward and MhcPreBackward with the post's grad_x
-formed in the rows), bf16, with gamma and h_res. The Python face (python/mhc) runs on its
-own library (MHC_LIBRARY, else build/src); only the operator's entry point is switched
-between A and B, with the face's argument types. --isa-a / --isa-b set each library's
-default kernel family (mhc_set_isa), so one build's families can be compared the same way
-(give the same path twice: B is then loaded from a copy, a library of its own). Each library has its own thread pool,
-whose workers poll for a while after a call: the calls are spaced by PAUSE_SECONDS, past
-that budget, so that one build's pollers never share the cores with the other's call.
+post_backward, site_backward_prepare and site_backward_finish (V4: MhcSinkhornBackward and
+MhcPreBackward with the post's grad_x formed in the rows), bf16, with gamma and h_res. The
+Python face (python/mhc) runs on its own library (MHC_LIBRARY, else build/src); only the
+operator's entry point is switched between A and B, with the face's argument types.
+--isa-a / --isa-b set each library's default kernel family (mhc_set_isa), so one build's
+families can be compared the same way (give the same path twice: B is then loaded from a
+copy, a library of its own). Each library has its own thread pool, whose workers poll for
+a while after a call: the calls are spaced by PAUSE_SECONDS, past that budget, so that one
+build's pollers never share the cores with the other's call.
 """
 import argparse
 import ctypes
