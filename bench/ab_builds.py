@@ -38,6 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import mhc  # noqa: E402
 from mhc import _lib  # noqa: E402
+from torch_eager import make_inputs  # noqa: E402  (bench/, the script's own directory)
 
 PAUSE_SECONDS = 0.005  # past the pools' polling budget (MHC_SPIN_US, runtime/thread_pool.cpp)
 OPERATORS = ("pre_forward", "pre_backward", "post_forward", "post_backward", "site_backward_prepare",
@@ -45,19 +46,15 @@ OPERATORS = ("pre_forward", "pre_backward", "post_forward", "post_backward", "si
 
 
 def inputs(T, N, D):
-    """A site's tensors, bf16 with gamma and h_res, from one forward."""
-    torch.manual_seed(0)
-    F = 2 * N + N * N
-    x = (torch.randn(T, N, D) * 0.5).bfloat16()
-    phi = torch.randn(F, N * D) * 0.02
-    alpha = torch.tensor([0.8, 1.1, 0.9])
-    bias = torch.randn(F) * 0.1
-    gamma = torch.rand(N, D) + 0.5
-    h_in, h_post, h_res, inv_rms, h_mix, h_pre = mhc.npu_mhc_pre(x, phi, alpha, bias, gamma=gamma, out_flag=1)
-    return dict(x=x, phi=phi, alpha=alpha, bias=bias, gamma=gamma, h_in=h_in, h_post=h_post, h_res=h_res,
-                inv_rms=inv_rms, h_mix=h_mix, h_pre=h_pre, grad_h_in=torch.randn_like(h_in),
-                grad_h_post=torch.randn_like(h_post), grad_h_res=torch.randn_like(h_res),
-                grad_x_post=torch.randn_like(x), grad_x_next=torch.randn_like(x))
+    """A site's tensors, bf16 with gamma and h_res: the pre's inputs and grads as
+    torch_eager.py makes them, the caches of one forward, and grad_out of the post."""
+    t = make_inputs(T, N, D, torch.bfloat16, with_gamma=True, with_gxp=True)
+    h_in, h_post, h_res, inv_rms, h_mix, h_pre = mhc.npu_mhc_pre(t["x"], t["phi"], t["alpha"], t["bias"],
+                                                                 gamma=t["gamma"], out_flag=1)
+    return dict(x=t["x"], phi=t["phi"], alpha=t["alpha"], bias=t["bias"], gamma=t["gamma"], h_in=h_in,
+                h_post=h_post, h_res=h_res, inv_rms=inv_rms, h_mix=h_mix, h_pre=h_pre, grad_h_in=t["g_in"],
+                grad_h_post=t["g_post"], grad_h_res=t["g_res"], grad_x_post=t["gxp"],
+                grad_x_next=make_inputs(T, N, D, torch.bfloat16, False, True, seed=1)["gxp"])
 
 
 def call(op, t):
