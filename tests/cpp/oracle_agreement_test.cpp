@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <tuple>
 
 #include "driver/pre.hpp"
 #include "driver_check.hpp"
@@ -86,6 +87,25 @@ TEST(OracleAgreementEmpty, BackwardSumsOverNoTokensAreZeros) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Spread, OracleAgreement, ::testing::ValuesIn(oracle_configs()),
+                         [](const ::testing::TestParamInfo<Config>& info) {
+                           return std::to_string(info.index) + "_" + info.param.name();
+                         });
+
+// More rows of phi than one pass over them takes (N = 9: F = 99 > kRowsPerPass),
+// with D a multiple of the cast's blocks of squares: the SIMD forward casts each
+// pass's u inside its first row tile, the squares on the first pass only; 40
+// tokens take the decode path, 100 the items.
+std::vector<Config> row_pass_configs() {
+  std::vector<Config> out;
+  for (auto [S, dtype, gamma] : {std::tuple{int64_t(40), DType::bf16, true}, {int64_t(100), DType::fp16, false},
+                                 {int64_t(100), DType::bf16, true}}) {
+    Config c;
+    c.N = 9; c.D = 256; c.S = S; c.dtype = dtype; c.gamma = gamma; c.seed = 4000 + out.size();
+    out.push_back(c);
+  }
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(RowPasses, OracleAgreement, ::testing::ValuesIn(row_pass_configs()),
                          [](const ::testing::TestParamInfo<Config>& info) {
                            return std::to_string(info.index) + "_" + info.param.name();
                          });

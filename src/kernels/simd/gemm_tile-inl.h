@@ -66,49 +66,89 @@ HWY_INLINE void Tile(const float* u, const float* phi, int64_t w_stride, int64_t
     for (int f = 0; f < TR; ++f) hn::Store(acc[t][f], df, acc_rows + t * acc_stride + f * L);
 }
 
-// Tile<1, TR> with the token's cast fused in (decode: the first row tile of a
-// one-token slice): v = x (dtype T) per vector, u = v * gamma (gamma nullptr: v,
+// Tile<TT, TR> with the tokens' cast fused in (decode: the first row tile of a
+// slice): per token, v = x (dtype T) per vector, u = v * gamma (gamma nullptr: v,
 // HF32-rounded with hf32) stored for the slice's other tiles and used here, and
-// with sq the squares v * v, one fused multiply-add per vector onto zero. The
-// bits are those of ScaleRow over the same vectors, then Tile<1, TR>; the cast's
-// loads and multiplies hide behind the stream of phi (mhc-bench decode, T=1).
-template <DType T, int TR>
-HWY_INLINE void CastTileOf(const void* x, const float* gamma, bool hf32, float* u, const float* phi,
-                           int64_t w_stride, int64_t vectors, float* acc_rows, bool from_zero, VF* sq) {
+// with sq the squares v * v, one fused multiply-add per vector onto zero (lanes
+// stored at sq + t * L).
+// x[t] is token t's row at the first column, ahead[t] (ahead nullptr: none) a row
+// asked of the cache meanwhile, as ScaleRow does; u's rows kURowFloats apart. The bits
+// are those of ScaleRow over the same vectors, then Tile<TT, TR>; the cast's loads
+// and multiplies hide behind the stream of phi and the tile's multiply-adds
+// (mhc-bench decode, T=1 and T=64).
+template <DType T, int TT, int TR>
+HWY_INLINE void CastTileOf(const void* const* x, const float* gamma, bool hf32, float* u, const float* phi,
+                           int64_t w_stride, int64_t vectors, float* acc_rows, int64_t acc_stride, bool from_zero,
+                           float* sq, const void* const* ahead) {
   const DF df;
   const int64_t L = hn::Lanes(df);
-  VecArray<TR> acc;
-  VF squares = hn::Zero(df);
+  VecArray<TR> acc[TT];
+  VecArray<TT> squares;
 #pragma GCC unroll 8
-  for (int f = 0; f < TR; ++f) acc[f] = from_zero ? hn::Zero(df) : hn::Load(df, acc_rows + f * L);
+  for (int t = 0; t < TT; ++t) {
+    squares[t] = hn::Zero(df);
+#pragma GCC unroll 8
+    for (int f = 0; f < TR; ++f)
+      acc[t][f] = from_zero ? hn::Zero(df) : hn::Load(df, acc_rows + t * acc_stride + f * L);
+  }
   for (int64_t i = 0; i < vectors; ++i) {
-    const VF v = LoadT<T>(df, x, i * L);
-    if (sq != nullptr) squares = hn::MulAdd(v, v, squares);
-    VF uv = gamma != nullptr ? hn::Mul(v, hn::LoadU(df, gamma + i * L)) : v;
-    if (hf32) uv = RoundHf32(df, uv);
-    hn::Store(uv, df, u + i * L);
+    VecArray<TT> uv;
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; ++t) {
+      if (ahead != nullptr) PrefetchLine<0>(static_cast<const char*>(ahead[t]) + i * L * int64_t(core::element_size(T)));
+      const VF v = LoadT<T>(df, x[t], i * L);
+      if (sq != nullptr) squares[t] = hn::MulAdd(v, v, squares[t]);
+      VF scaled = gamma != nullptr ? hn::Mul(v, hn::LoadU(df, gamma + i * L)) : v;
+      if (hf32) scaled = RoundHf32(df, scaled);
+      hn::Store(scaled, df, u + t * kURowFloats + i * L);
+      uv[t] = scaled;
+    }
 #pragma GCC unroll 8
     for (int f = 0; f < TR; ++f) {
       VF w = hn::LoadU(df, phi + f * w_stride + i * L);
-      acc[f] = hn::MulAdd(uv, w, acc[f]);
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2
+      asm("" : "+v"(w.raw));  // one load reused by the tile's tokens, not re-read per FMA
+#endif
+#pragma GCC unroll 8
+      for (int t = 0; t < TT; ++t) acc[t][f] = hn::MulAdd(uv[t], w, acc[t][f]);
     }
   }
 #pragma GCC unroll 8
-  for (int f = 0; f < TR; ++f) hn::Store(acc[f], df, acc_rows + f * L);
-  if (sq != nullptr) *sq = squares;
+  for (int t = 0; t < TT; ++t) {
+#pragma GCC unroll 8
+    for (int f = 0; f < TR; ++f) hn::Store(acc[t][f], df, acc_rows + t * acc_stride + f * L);
+    if (sq != nullptr) hn::Store(squares[t], df, sq + t * L);
+  }
 }
 
-template <DType T>
-HWY_INLINE void CastTile(int rows, const void* x, const float* gamma, bool hf32, float* u, const float* phi,
-                         int64_t w_stride, int64_t vectors, float* acc, bool from_zero, VF* sq) {
+// Tokens of a fused cast tile: its squares, u vectors, accumulators, phi vector and
+// gamma in registers (AVX2's 16 take one token: two spill, mhc-kernel-bench
+// PreForward/avx2/T:64).
+constexpr int kCastTileTokens = HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4 ? 1 : 2;
+
+template <DType T, int TT>
+HWY_INLINE void CastTileRows(int rows, const void* const* x, const float* gamma, bool hf32, float* u,
+                             const float* phi, int64_t w_stride, int64_t vectors, float* acc, int64_t acc_stride,
+                             bool from_zero, float* sq, const void* const* ahead) {
   switch (rows) {
-    case 1: return CastTileOf<T, 1>(x, gamma, hf32, u, phi, w_stride, vectors, acc, from_zero, sq);
-    case 2: return CastTileOf<T, 2>(x, gamma, hf32, u, phi, w_stride, vectors, acc, from_zero, sq);
-    case 3: return CastTileOf<T, 3>(x, gamma, hf32, u, phi, w_stride, vectors, acc, from_zero, sq);
-    case 4: return CastTileOf<T, 4>(x, gamma, hf32, u, phi, w_stride, vectors, acc, from_zero, sq);
-    case 5: return CastTileOf<T, 5>(x, gamma, hf32, u, phi, w_stride, vectors, acc, from_zero, sq);
-    default: return CastTileOf<T, kTileRows>(x, gamma, hf32, u, phi, w_stride, vectors, acc, from_zero, sq);
+    case 1: return CastTileOf<T, TT, 1>(x, gamma, hf32, u, phi, w_stride, vectors, acc, acc_stride, from_zero, sq, ahead);
+    case 2: return CastTileOf<T, TT, 2>(x, gamma, hf32, u, phi, w_stride, vectors, acc, acc_stride, from_zero, sq, ahead);
+    case 3: return CastTileOf<T, TT, 3>(x, gamma, hf32, u, phi, w_stride, vectors, acc, acc_stride, from_zero, sq, ahead);
+    case 4: return CastTileOf<T, TT, 4>(x, gamma, hf32, u, phi, w_stride, vectors, acc, acc_stride, from_zero, sq, ahead);
+    case 5: return CastTileOf<T, TT, 5>(x, gamma, hf32, u, phi, w_stride, vectors, acc, acc_stride, from_zero, sq, ahead);
+    default:
+      return CastTileOf<T, TT, kTileRows>(x, gamma, hf32, u, phi, w_stride, vectors, acc, acc_stride, from_zero, sq, ahead);
   }
+}
+
+// CastTileOf for 1 or 2 tokens and 1 to kTileRows rows.
+template <DType T>
+HWY_INLINE void CastTile(int tokens, int rows, const void* const* x, const float* gamma, bool hf32, float* u,
+                         const float* phi, int64_t w_stride, int64_t vectors, float* acc, int64_t acc_stride,
+                         bool from_zero, float* sq, const void* const* ahead) {
+  static_assert(kCastTileTokens <= 2, "cast tile dispatch covers 1..2 tokens");
+  if (tokens == 1) return CastTileRows<T, 1>(rows, x, gamma, hf32, u, phi, w_stride, vectors, acc, acc_stride, from_zero, sq, ahead);
+  CastTileRows<T, 2>(rows, x, gamma, hf32, u, phi, w_stride, vectors, acc, acc_stride, from_zero, sq, ahead);
 }
 
 template <int TT>

@@ -21,6 +21,15 @@ void GemmTileKernel(int tokens, int rows, const float* u, const float* w, int64_
   RunTile(tokens, rows, u, w, w_stride, vectors, acc, acc_stride, from_zero);
 }
 
+void CastTileKernel(DType x_dtype, int tokens, int rows, const void* const* x, const float* gamma, bool hf32, float* u,
+                    const float* w, int64_t w_stride, int64_t vectors, float* acc, int64_t acc_stride, bool from_zero,
+                    float* sq) {
+  // Each token's own row as the row asked for ahead: the prefetches run, and change nothing.
+  WithDType(x_dtype, [&]<DType T>() {
+    CastTile<T>(tokens, rows, x, gamma, hf32, u, w, w_stride, vectors, acc, acc_stride, from_zero, sq, x);
+  });
+}
+
 int64_t ScaleRowKernel(DType x_dtype, const void* x, const float* gamma, int64_t count, float* u, float* sq_lanes) {
   const DF df;
   VF sq = hn::LoadU(df, sq_lanes);
@@ -77,6 +86,8 @@ void RoundHf32Kernel(float* values, int64_t count) { RoundHf32Row(DF(), values, 
     .tile_rows = kTileRows,
     .u_row_floats = kURowFloats,
     .gemm_tile = GemmTileKernel,
+    .cast_tile_tokens = kCastTileTokens,
+    .cast_tile = CastTileKernel,
     .scale_row = ScaleRowKernel,
     .weighted_rows = WeightedRowsKernel,
     .fold_lanes = FoldLanesKernel,

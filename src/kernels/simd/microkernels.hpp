@@ -25,6 +25,15 @@ struct Microkernels {
   void (*gemm_tile)(int tokens, int rows, const float* u, const float* w, int64_t w_stride, int64_t vectors,
                     float* acc, int64_t acc_stride, bool from_zero);
 
+  // gemm_tile-inl.h: gemm_tile with its tokens' cast fused in, for tokens <=
+  // cast_tile_tokens: x[t] token t's row (x_dtype); u[t] = v * gamma (gamma nullptr:
+  // v; HF32-rounded with hf32) stored u_row_floats apart, and multiplied as gemm_tile
+  // multiplies u; with sq, the lanes of the sum of v*v from zero at sq + t * lanes.
+  int cast_tile_tokens;
+  void (*cast_tile)(DType x_dtype, int tokens, int rows, const void* const* x, const float* gamma, bool hf32, float* u,
+                    const float* w, int64_t w_stride, int64_t vectors, float* acc, int64_t acc_stride, bool from_zero,
+                    float* sq);
+
   // token_rows-inl.h: u = v * gamma (gamma nullptr: v) and sq_lanes += v*v over the
   // whole vectors of count; returns the elements done.
   int64_t (*scale_row)(DType x_dtype, const void* x, const float* gamma, int64_t count, float* u, float* sq_lanes);

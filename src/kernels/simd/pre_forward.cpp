@@ -7,7 +7,9 @@
 // micro-tile of kTileTokens tokens x kTileRows rows runs over it, register-blocked,
 // a block of kPanelColumns columns at a time: one tile's rows of phi over the block
 // are copied (a panel) to stay in L1 while every token tile runs over them (an
-// item of one token tile reads phi in place, over the whole slice). Each
+// item of one token tile reads phi in place, over the whole slice). Where D is a
+// multiple of kSquareBlockColumns the first row tile of each panel forms that
+// panel's u as it runs (CastTile), else the slice is cast before its tiles. Each
 // slice's lane sums start from zero and are added to the item's totals
 // in slice order; the totals are folded once at the end, so a token's bits depend
 // on K and its own data only (batch invariance). Calls of at most kDecodeTokens
@@ -220,10 +222,11 @@ static void CastSliceSums(const ForwardOperands& o, const ForwardScratch& s, int
       const float* gamma = o.gamma.present() ? o.gamma.row(n) : nullptr;
       for (int64_t j = j0; j < j1; j += kSquareBlockColumns) {
         const int64_t column = n * D + j, vectors = std::min<int64_t>(kSquareBlockColumns, j1 - j) / L;
-        VF block;
-        CastTile<T>(first_rows, x + (x_at + j) * esize, gamma ? gamma + j : nullptr, d.hf32, s.u + (column - k0),
-                    phi + column, phi_rs, vectors, s.acc, column == k0, with_sq ? &block : nullptr);
-        if (with_sq) sq = hn::Add(sq, block);
+        HWY_ALIGN float block[hn::MaxLanes(DF())] = {};
+        const void* row = x + (x_at + j) * esize;
+        CastTile<T>(1, first_rows, &row, gamma ? gamma + j : nullptr, d.hf32, s.u + (column - k0), phi + column,
+                    phi_rs, vectors, s.acc, rows * L, column == k0, with_sq ? block : nullptr, nullptr);
+        if (with_sq) sq = hn::Add(sq, hn::Load(df, block));
       }
       k = n * D + j1;
     }
@@ -232,6 +235,42 @@ static void CastSliceSums(const ForwardOperands& o, const ForwardScratch& s, int
   for (int64_t fr = first_rows; fr < rows; fr += kTileRows)
     RunTile(1, int(std::min<int64_t>(kTileRows, rows - fr)), s.u, phi + fr * phi_rs + k0, phi_rs, (k1 - k0) / L,
             s.acc + fr * L, rows * L, true);
+}
+
+// The first row tile over the panel of columns [c0, c1) for every token tile, the
+// tokens' cast fused in (CastTile) a block of kSquareBlockColumns at a time, each
+// block's squares added to its token's slice lanes: the bits of CastChunk, then
+// RunTiles. For D and k0 multiples of kSquareBlockColumns (a block lies in one stream).
+static_assert(kPanelColumns % kSquareBlockColumns == 0, "a panel holds whole blocks of squares");
+static void CastPanel(const ForwardOperands& o, const ForwardScratch& s, int64_t t0, int64_t tokens, int64_t rows,
+                      int tile_rows, int64_t k0, int64_t c0, int64_t c1, bool first, bool with_sq) {
+  const PreShape& d = o.shape;
+  const DF df;
+  const int64_t L = hn::Lanes(df), esize = core::element_size(d.x_dtype);
+  const char* x = static_cast<const char*>(o.x.data);
+  WithDType(d.x_dtype, [&]<DType T>() {
+    for (int64_t tt = 0; tt < tokens; tt += kCastTileTokens) {
+      const int tile_tokens = int(std::min<int64_t>(kCastTileTokens, tokens - tt));
+      for (int64_t b = c0; b < c1; b += kSquareBlockColumns) {
+        const int64_t n = b / d.D, j = b % d.D, vectors = std::min(kSquareBlockColumns, c1 - b) / L;
+        const void* x_rows[kCastTileTokens];
+        const void* ahead_rows[kCastTileTokens];
+        for (int q = 0; q < tile_tokens; ++q) {
+          x_rows[q] = x + (o.x.at(t0 + tt + q, n) + j) * esize;
+          const int64_t ahead = tt + q + kCastAhead < tokens ? tt + q + kCastAhead : tt + q;
+          ahead_rows[q] = x + (o.x.at(t0 + ahead, n) + j) * esize;
+        }
+        HWY_ALIGN float squares[kCastTileTokens * hn::MaxLanes(DF())];
+        CastTile<T>(tile_tokens, tile_rows, x_rows, o.gamma.present() ? o.gamma.row(n) + j : nullptr, d.hf32,
+                    s.u + tt * kURowFloats + (b - k0), s.phi_panel + (b - c0), kPanelStride, vectors,
+                    s.acc + tt * rows * L, rows * L, first && b == c0, with_sq ? squares : nullptr, ahead_rows);
+        for (int q = 0; q < tile_tokens && with_sq; ++q) {
+          float* lanes = s.sq_slice + (tt + q) * L;
+          hn::Store(hn::Add(hn::Load(df, lanes), hn::Load(df, squares + q * L)), df, lanes);
+        }
+      }
+    }
+  });
 }
 
 // One slice of K (pre_forward.hpp) for tokens [t0, t0 + tokens) and rows
@@ -249,7 +288,13 @@ static void SliceSums(const ForwardOperands& o, const ForwardScratch& s, int64_t
   const int64_t k_end = std::min(K_pad, k0 + kSliceColumns), k1 = std::min(d.K, k_end);
   if (with_sq) std::fill_n(s.sq_slice, tokens * (L + 1), 0.0f);
   if (tokens == 1 && d.D % L == 0) return CastSliceSums(o, s, t0, f0, rows, k0, k1, with_sq);
-  for (int64_t t = 0; t < tokens; ++t)
+  const bool copy_phi = tokens > kTileTokens;
+  // Items of many tokens cast in their first row tile (CastPanel), where the
+  // slice's blocks of squares lie in one stream each: the cast's loads wait on x
+  // behind that tile's multiply-adds instead of before them (mhc-bench a forward
+  // and decode T=64, avx512).
+  const bool cast_in_tiles = copy_phi && d.D % kSquareBlockColumns == 0 && k0 % kSquareBlockColumns == 0;
+  for (int64_t t = 0; t < tokens && !cast_in_tiles; ++t)
     CastChunk(o, t0 + t, t + kCastAhead < tokens ? t0 + t + kCastAhead : -1, k0, k1, k_end, s.u + t * kURowFloats,
               s.sq_slice + t * L, s.sq_slice + tokens * L + t, with_sq);
   // The next slice's x is left to the hardware prefetchers and the cast's own
@@ -261,7 +306,6 @@ static void SliceSums(const ForwardOperands& o, const ForwardScratch& s, int64_t
   // rows over the whole slice at a time (not a block at a time: a quarter of the
   // tile calls and of the accumulators' loads and stores, and each row's stream
   // four times as long: mhc-bench decode, T=1).
-  const bool copy_phi = tokens > kTileTokens;
   const int64_t full_end = std::min(k_end, K_full);  // columns read from phi (or its copy)
   // The sums' first run (the slice's, the first block's, else the tail's) starts
   // them from zero: no fill pass, which a one-token slice would pay in full
@@ -277,6 +321,10 @@ static void SliceSums(const ForwardOperands& o, const ForwardScratch& s, int64_t
         float* row = s.phi_panel + f * kPanelStride;
         const float* from = phi + (f0 + fr + f) * phi_rs;
         for (int64_t k = c0; k < c1; k += L) hn::Store(hn::LoadU(df, from + k), df, row + (k - c0));
+      }
+      if (cast_in_tiles && fr == 0) {
+        CastPanel(o, s, t0, tokens, rows, tile_rows, k0, c0, c1, first, with_sq);
+        continue;
       }
       for (int64_t tt = 0; tt < tokens; tt += kTileTokens)
         RunTile(int(std::min<int64_t>(kTileTokens, tokens - tt)), tile_rows, s.u + tt * kURowFloats + (c0 - k0),
