@@ -13,8 +13,9 @@ one process with torch and mhc on the same thread count:
     the pre costs in torch;
 and, the engines' threading question, a decode loop of the three ops interleaved with
 torch.mv of phi's size against (the ops alone + the matmul alone), beside the same for
-torch's own torch.add. Through torch.ops the ops run on torch's intra-op threads (mhc::Executor), not on
-mhc's own pool.
+torch's own torch.add, and the ops beside a partner with threads and no bytes (torch.mv
+of [F, 64]) and one with bytes and no product (a copy of phi's size). Through torch.ops
+the ops run on torch's intra-op threads (mhc::Executor), not on mhc's own pool.
 
     /usr/bin/python3 bench/engine_decode.py [--quick] [--threads 2] [--json out.json]
 """
@@ -140,7 +141,11 @@ def interleaved(args):
     the library's own (torch.add, on torch's OpenMP threads) in the ops' place: Debian's
     torch multiplies on OpenBLAS, whose pthreads pool polls after each product beside
     torch's threads, so that control says what any OpenMP op pays there
-    (OPENBLAS_NUM_THREADS=1 at start keeps that pool out)."""
+    (OPENBLAS_NUM_THREADS=1 at start keeps that pool out). Two more partners for the ops
+    tell threads from caches: torch.mv of a [F, 64] matrix (a torch call and its threads,
+    no bytes to speak of) and a copy of a tensor of phi's size (bytes that take the
+    caches, one torch op): timed alone, each op finds its weights in cache, which a
+    partner that streams as many bytes evicts."""
     gen = torch.Generator().manual_seed(1)
     results = []
     for D in args.hidden:
@@ -148,6 +153,7 @@ def interleaved(args):
         ops = torch.ops.sgl_kernel
         w = torch.randn(F, N * D, generator=gen)
         v = torch.randn(N * D, generator=gen)
+        w_small, v_small = torch.randn(F, 64, generator=gen), torch.randn(64, generator=gen)
         left, right = torch.randn(64 * D, generator=gen), torch.randn(64 * D, generator=gen)
 
         def mhc_ops():
@@ -155,17 +161,19 @@ def interleaved(args):
             ops.hc_post_fused_cpu(y, a["x"], post, comb)
             ops.hc_head_fused_cpu(a["x"], a["head_fn"], a["head_scale"], a["head_base"], 1e-6, 1e-6)
 
-        def matmul():
-            torch.mv(w, v)
-
-        for name, step in (("mhc's three ops", mhc_ops), ("control: torch.add", lambda: torch.add(left, right))):
+        cases = (("mhc's three ops", mhc_ops, "torch.mv", lambda: torch.mv(w, v)),
+                 ("control: torch.add", lambda: torch.add(left, right), "torch.mv", lambda: torch.mv(w, v)),
+                 ("mhc's three ops", mhc_ops, "torch.mv [F, 64]", lambda: torch.mv(w_small, v_small)),
+                 ("mhc's three ops", mhc_ops, "copy of phi's size", lambda: w.clone()))
+        for name, step, partner_name, partner in cases:
             alone = median_us(step, args.seconds)
-            alone_mm = median_us(matmul, args.seconds)
-            loop = median_us(lambda: (step(), matmul()), args.seconds)
-            ratio = loop / (alone + alone_mm)
-            results.append(dict(D=D, step=name, step_us=alone, matmul_us=alone_mm, interleaved_us=loop, ratio=ratio))
-            print(f"interleaved D={D}, {name}: {alone:.1f} us + torch.mv {alone_mm:.1f} us alone; together "
-                  f"{loop:.1f} us = {ratio:.3f} x the sum", flush=True)
+            alone_partner = median_us(partner, args.seconds)
+            loop = median_us(lambda: (step(), partner()), args.seconds)
+            ratio = loop / (alone + alone_partner)
+            results.append(dict(D=D, step=name, partner=partner_name, step_us=alone, partner_us=alone_partner,
+                                interleaved_us=loop, ratio=ratio))
+            print(f"interleaved D={D}, {name}: {alone:.1f} us + {partner_name} {alone_partner:.1f} us alone; "
+                  f"together {loop:.1f} us = {ratio:.3f} x the sum", flush=True)
     return results
 
 
