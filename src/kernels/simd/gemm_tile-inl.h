@@ -66,8 +66,8 @@ HWY_INLINE void Tile(const float* u, const float* phi, int64_t w_stride, int64_t
     for (int f = 0; f < TR; ++f) hn::Store(acc[t][f], df, acc_rows + t * acc_stride + f * L);
 }
 
-// Tile<TT, TR> with the tokens' cast fused in (decode: the first row tile of a
-// slice): per token, v = x (dtype T) per vector, u = v * gamma (gamma nullptr: v,
+// Tile<TT, TR> with the tokens' cast fused in (the first row tile of a slice, or of
+// a panel): per token, v = x (dtype T) per vector, u = v * gamma (gamma nullptr: v,
 // HF32-rounded with hf32) stored for the slice's other tiles and used here, and
 // with sq the squares v * v, one fused multiply-add per vector onto zero (lanes
 // stored at sq + t * L).
@@ -95,7 +95,7 @@ HWY_INLINE void CastTileOf(const void* const* x, const float* gamma, bool hf32, 
     VecArray<TT> uv;
 #pragma GCC unroll 8
     for (int t = 0; t < TT; ++t) {
-      if (ahead != nullptr) PrefetchLine<0>(static_cast<const char*>(ahead[t]) + i * L * int64_t(core::element_size(T)));
+      if (ahead != nullptr) PrefetchLine<0>(static_cast<const char*>(ahead[t]) + i * L * core::element_size(T));
       const VF v = LoadT<T>(df, x[t], i * L);
       if (sq != nullptr) squares[t] = hn::MulAdd(v, v, squares[t]);
       VF scaled = gamma != nullptr ? hn::Mul(v, hn::LoadU(df, gamma + i * L)) : v;
@@ -130,25 +130,29 @@ template <DType T, int TT>
 HWY_INLINE void CastTileRows(int rows, const void* const* x, const float* gamma, bool hf32, float* u,
                              const float* phi, int64_t w_stride, int64_t vectors, float* acc, int64_t acc_stride,
                              bool from_zero, float* sq, const void* const* ahead) {
+  auto tile = [&]<int TR>() HWY_ATTR {
+    CastTileOf<T, TT, TR>(x, gamma, hf32, u, phi, w_stride, vectors, acc, acc_stride, from_zero, sq, ahead);
+  };
   switch (rows) {
-    case 1: return CastTileOf<T, TT, 1>(x, gamma, hf32, u, phi, w_stride, vectors, acc, acc_stride, from_zero, sq, ahead);
-    case 2: return CastTileOf<T, TT, 2>(x, gamma, hf32, u, phi, w_stride, vectors, acc, acc_stride, from_zero, sq, ahead);
-    case 3: return CastTileOf<T, TT, 3>(x, gamma, hf32, u, phi, w_stride, vectors, acc, acc_stride, from_zero, sq, ahead);
-    case 4: return CastTileOf<T, TT, 4>(x, gamma, hf32, u, phi, w_stride, vectors, acc, acc_stride, from_zero, sq, ahead);
-    case 5: return CastTileOf<T, TT, 5>(x, gamma, hf32, u, phi, w_stride, vectors, acc, acc_stride, from_zero, sq, ahead);
-    default:
-      return CastTileOf<T, TT, kTileRows>(x, gamma, hf32, u, phi, w_stride, vectors, acc, acc_stride, from_zero, sq, ahead);
+    case 1: return tile.template operator()<1>();
+    case 2: return tile.template operator()<2>();
+    case 3: return tile.template operator()<3>();
+    case 4: return tile.template operator()<4>();
+    case 5: return tile.template operator()<5>();
+    default: return tile.template operator()<kTileRows>();
   }
 }
 
-// CastTileOf for 1 or 2 tokens and 1 to kTileRows rows.
+// CastTileOf for 1 to kCastTileTokens tokens and 1 to kTileRows rows.
 template <DType T>
 HWY_INLINE void CastTile(int tokens, int rows, const void* const* x, const float* gamma, bool hf32, float* u,
                          const float* phi, int64_t w_stride, int64_t vectors, float* acc, int64_t acc_stride,
                          bool from_zero, float* sq, const void* const* ahead) {
-  static_assert(kCastTileTokens <= 2, "cast tile dispatch covers 1..2 tokens");
-  if (tokens == 1) return CastTileRows<T, 1>(rows, x, gamma, hf32, u, phi, w_stride, vectors, acc, acc_stride, from_zero, sq, ahead);
-  CastTileRows<T, 2>(rows, x, gamma, hf32, u, phi, w_stride, vectors, acc, acc_stride, from_zero, sq, ahead);
+  static_assert(kCastTileTokens == 1 || kCastTileTokens == 2, "cast tile dispatch covers 1..2 tokens");
+  if (kCastTileTokens == 1 || tokens == 1)
+    return CastTileRows<T, 1>(rows, x, gamma, hf32, u, phi, w_stride, vectors, acc, acc_stride, from_zero, sq, ahead);
+  if constexpr (kCastTileTokens == 2)
+    CastTileRows<T, 2>(rows, x, gamma, hf32, u, phi, w_stride, vectors, acc, acc_stride, from_zero, sq, ahead);
 }
 
 template <int TT>
