@@ -79,6 +79,17 @@ Tensor* Case::find(const char* name) {
   return nullptr;
 }
 
+bool ignored_by_call(const Case& c, const Tensor& t) {
+  if (std::strcmp(t.name, "h_res") != 0 && std::strcmp(t.name, "grad_h_res") != 0) return false;
+  for (const Tensor& alpha : c.tensors)
+    if (std::strcmp(alpha.name, "alpha") == 0) {
+      int64_t entries = 1;  // an accepted call's alpha: rank 1, at most 3 entries
+      for (int i = 0; i < alpha.rank; ++i) entries *= alpha.shape[i];
+      return entries != 3;
+    }
+  return false;
+}
+
 int64_t element_size_of(int32_t dtype) {
   switch (dtype) {
     case MHC_BF16: case MHC_FP16: return 2;
@@ -716,7 +727,7 @@ void for_each_element(const mhc::TensorView& v, Fn fn) {
 std::vector<uint8_t> output_mask(Case& c, const Arena& arena) {
   std::vector<uint8_t> mask(arena.bytes, 0);
   for (const Tensor& t : c.tensors) {
-    if (!t.output || !t.present) continue;
+    if (!t.output || !t.present || ignored_by_call(c, t)) continue;  // an ignored output stays as it was
     const mhc::TensorView v = view_of(t, arena.base);
     const int64_t esize = element_size_of(t.dtype);
     for_each_element(v, [&](int64_t offset) {

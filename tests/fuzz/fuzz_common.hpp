@@ -117,6 +117,10 @@ struct Case {
   Tensor* find(const char* name);
 };
 
+// Whether an accepted call never looks at t (SPEC §6): h_res and grad_h_res beside an
+// alpha of fewer than 3 entries, left as they are (views outside their storage too).
+bool ignored_by_call(const Case& c, const Tensor& t);
+
 // The problem and its tensors from the input. `aclnn` adds storage, offset and
 // format choices (and maps dtypes to aclDataType codes).
 Case generate(Bytes& in, Op op, bool aclnn);
