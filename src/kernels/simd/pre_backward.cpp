@@ -10,7 +10,8 @@
 //              leaves y = gamma*gu + c*v there and adds the chunk's sums of v*gu;
 //  3. rows:    grad_x = h_pre*grad_h_in + y + grad_x_post of each token, in order
 //              (the site backward's finish forms grad_x_post here from the post's
-//              H and grad_out, as MhcPostBackward's fp32 grad_x).
+//              H and grad_out, as MhcPostBackward's fp32 grad_x); at N = 4 a
+//              vector of columns at a time for all streams (RowVectors).
 // A lane's tiles are shared by its workers; which worker does what never changes a bit.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/simd/pre_backward.cpp"
@@ -196,6 +197,47 @@ HWY_INLINE VF PostGradX(DF df, const BackwardOperands& o, int64_t t, int64_t n, 
   return acc;
 }
 
+// The whole vectors of token t's grad_x, N = kN streams, kSite: with the post's
+// grad_x formed from its grad_out (the site backward). A vector of columns of
+// grad_h_in and of the post's N grad_out rows is loaded once for every stream (not
+// once a stream: bench/ab_builds.py site_backward_finish); each grad_x in
+// BackwardRows' order.
+template <DType T, int kN, bool kSite>
+HWY_INLINE void RowVectors(const BackwardOperands& o, const Tiles& tiles, int64_t chunk0, int64_t t, bool stream) {
+  const DF df;
+  const int64_t L = tiles.L, full = o.shape.D / L * L;
+  const bool has_post = o.grad_x_post.present();
+  const DType post_dtype = o.grad_x_post_dtype;
+  const float* h_pre = common::collapse_weights(o, t);  // or the carried pre-mix
+  const float* H = kSite ? o.post_h_res.at(t) : nullptr;
+  const int64_t gh_at = o.grad_h_in.at(t, 0);
+  for (int64_t j = 0, strip = 0; j < full; j += L, ++strip) {
+    const VF grad_h_in = LoadT<T>(df, o.grad_h_in.data, gh_at + j);
+    VecArray<kN> g;
+#pragma GCC unroll 8
+    for (int i = 0; i < kN && kSite; ++i) g[i] = LoadT<T>(df, o.post_grad_out.data, o.post_grad_out.at(t, i) + j);
+#pragma GCC unroll 8
+    for (int n = 0; n < kN; ++n) {
+      const VF y = hn::Load(df, tiles.gu_at(n, strip, t - chunk0));
+      VF gx = hn::MulAdd(hn::Set(df, h_pre[n]), grad_h_in, y);
+      if (has_post) {
+        const int64_t post_at = o.grad_x_post.at(t, n) + j;
+        gx = hn::Add(gx, post_dtype == T ? LoadT<T>(df, o.grad_x_post.data, post_at)
+                                         : LoadT<DType::fp32>(df, o.grad_x_post.data, post_at));
+      }
+      if constexpr (kSite) {
+        VF post = hn::Mul(hn::Set(df, H[n * kN]), g[0]);  // PostGradX's order
+#pragma GCC unroll 8
+        for (int i = 1; i < kN; ++i) post = hn::Add(post, hn::Mul(hn::Set(df, H[n * kN + i]), g[i]));
+        gx = hn::Add(gx, post);
+      }
+      const int64_t out_at = o.grad_x.at(t, n) + j;
+      if (stream) StreamT<T>(df, gx, o.grad_x.data, out_at);
+      else StoreT<T>(df, gx, o.grad_x.data, out_at);
+    }
+  }
+}
+
 // grad_x = h_pre[n] grad_h_in + y + grad_x_post (y = gamma gu + c v, left in
 // the gu tile by the column phase's last block of rows), token by token.
 void BackwardRows(const BackwardStep& step, int64_t chunk0, int64_t t0, int64_t t1) {
@@ -211,11 +253,17 @@ void BackwardRows(const BackwardStep& step, int64_t chunk0, int64_t t0, int64_t 
   WithDType(d.x_dtype, [&]<DType T>() {  // grad_h_in and grad_x have x's dtype
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t gh_at = o.grad_h_in.at(t, 0);
+      // N = 4 runs its whole vectors stream-inner (RowVectors).
+      const bool vectors_done = d.N == 4;
+      if (vectors_done) {
+        if (site_post) RowVectors<T, 4, true>(o, tiles, chunk0, t, stream);
+        else RowVectors<T, 4, false>(o, tiles, chunk0, t, stream);
+      }
       for (int64_t n = 0; n < d.N; ++n) {
         const VF h_pre = hn::Set(df, common::collapse_weights(o, t)[n]);  // or the carried pre-mix
         const int64_t out_at = o.grad_x.at(t, n);
         const int64_t post_at = has_post ? o.grad_x_post.at(t, n) : 0;
-        int64_t j = 0, strip = 0;
+        int64_t j = vectors_done ? full : 0, strip = j / L;
         for (; j < full; j += L, ++strip) {
           const VF y = hn::Load(df, tiles.gu_at(n, strip, t - chunk0));
           VF gx = hn::MulAdd(h_pre, LoadT<T>(df, o.grad_h_in.data, gh_at + j), y);
