@@ -115,6 +115,7 @@ struct Case {
   uint64_t value_seed = 0;
   int special_rate = 0;  // NaN / Inf density of the values
   Tensor* find(const char* name);
+  const Tensor* find(const char* name) const;
 };
 
 // Whether an accepted call never looks at t (SPEC §6): h_res and grad_h_res beside an
