@@ -3,8 +3,9 @@
 // fp32 steps' table (kernels/fp32_steps/sinkhorn.cpp), bitwise: h_res, both caches
 // (the pitch padding written as 0), grad_z from the caches and from z. N 1..8 and
 // 13, I 1, 2 and 20, token counts that are not multiples of the lanes, ranges
-// split where the driver never splits them, rows farther apart than N*N, and
-// scratch off the vector boundary (each table aligns its own).
+// split where the driver never splits them (and ranges of 1 to 8 tokens, as decode
+// calls make), rows farther apart than N*N, and scratch off the vector boundary
+// (each table aligns its own).
 #include <algorithm>
 #include <functional>
 
@@ -130,6 +131,7 @@ std::vector<Sweep> sweep() {
   for (int64_t N : {1, 2, 3, 4, 5, 6, 7, 8, 13})
     for (int64_t I : {1, 2, 20}) out.push_back({N, I, N == 13 && I == 20 ? int64_t(19) : int64_t(37)});
   out.push_back({4, 20, 1});
+  out.push_back({4, 20, 7});
   out.push_back({4, 20, 16});
   out.push_back({4, 20, 64 + 5});
   return out;
@@ -157,7 +159,7 @@ TEST(SinkhornTables, ForwardAndCachesBitwiseEqualTheReference) {
         const Outputs want_plain = forward(reference_table(), p, false, p.shape.T, 0);
         ASSERT_TRUE(same_bits(want_plain.h_res, want.h_res, "reference h_res without caches"));
         for (const Table& t : all)
-          for (int64_t piece : {int64_t(64), int64_t(5)}) {
+          for (int64_t piece : {int64_t(64), int64_t(5), int64_t(2)}) {
             SCOPED_TRACE(t.name + " N " + std::to_string(w.N) + " I " + std::to_string(w.I) + " T " +
                          std::to_string(w.T) + " pitch " + std::to_string(pitch) + " row_pad " +
                          std::to_string(row_pad) + " piece " + std::to_string(piece));
@@ -243,6 +245,8 @@ TEST(SinkhornTables, NonFiniteLogitsAndOtherEpsGiveTheReferenceBits) {
           return ::testing::AssertionSuccess();
         };
         ASSERT_TRUE(same(got.h_res, want.h_res, "h_res"));
+        for (int64_t piece : {int64_t(1), int64_t(3), int64_t(8), int64_t(64)})  // decode-sized calls too
+          ASSERT_TRUE(same(forward(*t.k, p, false, piece, 0).h_res, want.h_res, "h_res without caches"));
         ASSERT_TRUE(same(got.norm, want.norm, "norm_out"));
         ASSERT_TRUE(same(got.sum, want.sum, "sum_out"));
         ASSERT_TRUE(same(backward(*t.k, p, &want, 64, 0), want_grad, "grad_z from caches"));
