@@ -181,20 +181,24 @@ void BackwardColumns(const BackwardStep& step, int64_t t0, int64_t t1, const Col
   });
 }
 
-// MhcPostBackward's fp32 grad_x of stream n at columns j (common::post_grad_x's
-// order): sum_i H[n, i] g_i over the post's grad_out rows of token t.
+// MhcPostBackward's fp32 grad_x of one stream (common::post_grad_x's order):
+// sum_i H_row[i] g(i) over the post's N grad_out rows, the first product first.
+template <class GradOut>
+HWY_INLINE VF PostShare(DF df, const float* H_row, int64_t N, GradOut&& g) {
+  VF acc = hn::Mul(hn::Set(df, H_row[0]), g(0));
+  for (int64_t i = 1; i < N; ++i) acc = hn::Add(acc, hn::Mul(hn::Set(df, H_row[i]), g(i)));
+  return acc;
+}
+
+// PostShare of stream n at columns j, token t's grad_out rows loaded here.
 template <DType T>
 HWY_INLINE VF PostGradX(DF df, const BackwardOperands& o, int64_t t, int64_t n, int64_t j, int64_t width) {
   const int64_t N = o.shape.N;
-  const float* H = o.post_h_res.at(t) + n * N;
-  auto g = [&](int64_t i) HWY_ATTR {
+  return PostShare(df, o.post_h_res.at(t) + n * N, N, [&](int64_t i) HWY_ATTR {
     const int64_t at = o.post_grad_out.at(t, i) + j;
     return width == int64_t(hn::Lanes(df)) ? LoadT<T>(df, o.post_grad_out.data, at)
                                            : LoadRow(df, o.post_grad_out.data, T, at, 1, width);
-  };
-  VF acc = hn::Mul(hn::Set(df, H[0]), g(0));
-  for (int64_t i = 1; i < N; ++i) acc = hn::Add(acc, hn::Mul(hn::Set(df, H[i]), g(i)));
-  return acc;
+  });
 }
 
 // The whole vectors of token t's grad_x, N = kN streams, kSite: with the post's
@@ -225,12 +229,7 @@ HWY_INLINE void RowVectors(const BackwardOperands& o, const Tiles& tiles, int64_
         gx = hn::Add(gx, post_dtype == T ? LoadT<T>(df, o.grad_x_post.data, post_at)
                                          : LoadT<DType::fp32>(df, o.grad_x_post.data, post_at));
       }
-      if constexpr (kSite) {
-        VF post = hn::Mul(hn::Set(df, H[n * kN]), g[0]);  // PostGradX's order
-#pragma GCC unroll 8
-        for (int i = 1; i < kN; ++i) post = hn::Add(post, hn::Mul(hn::Set(df, H[n * kN + i]), g[i]));
-        gx = hn::Add(gx, post);
-      }
+      if constexpr (kSite) gx = hn::Add(gx, PostShare(df, H + n * kN, kN, [&](int64_t i) HWY_ATTR { return VF(g[i]); }));
       const int64_t out_at = o.grad_x.at(t, n) + j;
       if (stream) StreamT<T>(df, gx, o.grad_x.data, out_at);
       else StoreT<T>(df, gx, o.grad_x.data, out_at);

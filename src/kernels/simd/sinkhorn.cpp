@@ -308,6 +308,24 @@ HWY_INLINE void BackwardBlock(const SinkhornShape& s, float* rows, Slot&& slot) 
 // a column's terms come to each of its lanes by a permute, in index order.
 #define MHC_SINKHORN_ENTRY_LANES (HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX2)
 #if MHC_SINKHORN_ENTRY_LANES
+// The block's sum of a row's or column's kTerms terms, from +0 in index order,
+// term m brought to each lane from vector source(m) by of[m].
+template <int kTerms, class D, class Source, class Indices>
+HWY_INLINE hn::Vec<D> TermSum(D d, Source&& source, const Indices* of) {
+  hn::Vec<D> sum = hn::Zero(d);
+  for (int m = 0; m < kTerms; ++m) sum = hn::Add(sum, hn::TableLookupLanes(source(m), of[m]));
+  return sum;
+}
+// The block's row max: the first term, then each larger one in index order.
+template <int kTerms, class D, class Indices>
+HWY_INLINE hn::Vec<D> TermMax(hn::Vec<D> v, const Indices* of) {
+  hn::Vec<D> top = hn::TableLookupLanes(v, of[0]);
+  for (int m = 1; m < kTerms; ++m) {
+    const hn::Vec<D> p = hn::TableLookupLanes(v, of[m]);
+    top = hn::IfThenElse(hn::Gt(p, top), p, top);
+  }
+  return top;
+}
 // Up to half a block of tokens; past that the block's divisions cost less than the
 // permutes.
 constexpr int64_t kEntryLaneTokens = hn::MaxLanes(DF()) / 2;
@@ -335,29 +353,17 @@ HWY_INLINE void ForwardEntryLanes(const SinkhornForwardOperands& o, int64_t t) {
   for (int q = 0; q < kTokens; ++q)  // step 0: the row softmax
     for (int v = 0; v < kV; ++v) {
       const VF z = hn::LoadU(df, o.z.at(t + q) + v * L);
-      VF top = hn::TableLookupLanes(z, of_row[0]);
-      for (int j = 1; j < 4; ++j) {
-        const VF p = hn::TableLookupLanes(z, of_row[j]);
-        top = hn::IfThenElse(hn::Gt(p, top), p, top);
-      }
-      const VF e = ExpF32(df, hn::Sub(z, top));
-      VF sum = hn::Zero(df);
-      for (int j = 0; j < 4; ++j) sum = hn::Add(sum, hn::TableLookupLanes(e, of_row[j]));
-      P[q][v] = hn::Add(hn::Div(e, sum), eps);
+      const VF e = ExpF32(df, hn::Sub(z, TermMax<4, decltype(df)>(z, of_row)));
+      P[q][v] = hn::Add(hn::Div(e, TermSum<4>(df, [&](int) { return e; }, of_row)), eps);
     }
   for (int64_t k = 1; k < o.shape.steps(); ++k) {
     for (int q = 0; q < kTokens; ++q) {
       if (k % 2 == 1) {  // columns: the same divisors for every vector
-        VF c = hn::Zero(df);
-        for (int m = 0; m < 4; ++m) c = hn::Add(c, hn::TableLookupLanes(P[q][4 * m / L], of_column[m]));
-        const VF divisor = hn::Add(c, eps);
+        const VF divisor = hn::Add(TermSum<4>(df, [&](int m) { return P[q][4 * m / L]; }, of_column), eps);
         for (int v = 0; v < kV; ++v) P[q][v] = hn::Div(P[q][v], divisor);
       } else {  // rows
-        for (int v = 0; v < kV; ++v) {
-          VF r = hn::Zero(df);
-          for (int m = 0; m < 4; ++m) r = hn::Add(r, hn::TableLookupLanes(P[q][v], of_row[m]));
-          P[q][v] = hn::Div(P[q][v], hn::Add(r, eps));
-        }
+        for (int v = 0; v < kV; ++v)
+          P[q][v] = hn::Div(P[q][v], hn::Add(TermSum<4>(df, [&](int) { return P[q][v]; }, of_row), eps));
       }
     }
   }
@@ -389,17 +395,10 @@ HWY_INLINE void ForwardRowLanes(const SinkhornForwardOperands& o, int64_t t) {
   const float* z_rows = o.z.at(t);
   VF P[kN];
   for (int i = 0; i < kN; ++i) {  // step 0: the row softmax
-    VF z = hn::MaskedLoad(real, df, z_rows + i * kN);
-    VF top = hn::TableLookupLanes(z, of_lane[0]);
-    for (int j = 1; j < kN; ++j) {
-      const VF p = hn::TableLookupLanes(z, of_lane[j]);
-      top = hn::IfThenElse(hn::Gt(p, top), p, top);
-    }
-    z = hn::IfThenElse(real, z, top);
-    const VF e = ExpF32(df, hn::Sub(z, top));
-    VF sum = hn::Zero(df);
-    for (int j = 0; j < kN; ++j) sum = hn::Add(sum, hn::TableLookupLanes(e, of_lane[j]));
-    P[i] = hn::Add(hn::Div(e, sum), eps);
+    const VF z = hn::MaskedLoad(real, df, z_rows + i * kN);
+    const VF top = TermMax<kN, decltype(df)>(z, of_lane);
+    const VF e = ExpF32(df, hn::Sub(hn::IfThenElse(real, z, top), top));
+    P[i] = hn::Add(hn::Div(e, TermSum<kN>(df, [&](int) { return e; }, of_lane)), eps);
   }
   for (int64_t k = 1; k < o.shape.steps(); ++k) {
     if (k % 2 == 1) {  // columns
@@ -408,11 +407,8 @@ HWY_INLINE void ForwardRowLanes(const SinkhornForwardOperands& o, int64_t t) {
       const VF divisor = hn::Add(c, eps);
       for (int i = 0; i < kN; ++i) P[i] = hn::Div(P[i], divisor);
     } else {  // rows
-      for (int i = 0; i < kN; ++i) {
-        VF r = hn::Zero(df);
-        for (int m = 0; m < kN; ++m) r = hn::Add(r, hn::TableLookupLanes(P[i], of_lane[m]));
-        P[i] = hn::Div(P[i], hn::Add(r, eps));
-      }
+      for (int i = 0; i < kN; ++i)
+        P[i] = hn::Div(P[i], hn::Add(TermSum<kN>(df, [&](int) { return P[i]; }, of_lane), eps));
     }
   }
   float* h_rows = o.h_res.at(t);
