@@ -9,12 +9,20 @@ x [T, N, D] -> x_next, through autograd, from fresh leaves each run. Side by sid
 process, alternating ours, ours with recompute and the twin, one warm-up each, the median of --runs;
 torch.set_num_threads and mhc.set_num_threads both --threads.
 
+Then the layer step: mhc.nn.MhcStack of 4 blocks around y = 0.5 h, ending in MhcHead (V4)
+or the collapse (V4.1), forward + backward from a fresh leaf, at 1 and --threads threads,
+against its byte bound: T D e (4 (7 N + 5) + 3 N + 2 + 4 4) bytes for element size e (per site
+the fused forward's and the site backward's streams and rows, the head's or collapse's,
+the sub-layer's four rows; 324 D a token at N = 4 bf16) over the triad bandwidth, a = b +
+3 c on three 256 MiB fp32 tensors through torch (best of 5 after a warm-up), measured in
+the same run on both thread counts.
+
 Then the example's training step (examples/train_tiny.py at its default sizes, fp32):
 ms/step of the mHC model on our operators against the same model on the twin,
 alternating, median over --example-steps steps after 3 warm-up steps.
 
     /usr/bin/python3 bench/block_step.py [--tokens 4096 --streams 4 --hidden 4096
-        --dtype bf16 --runs 5 --threads 2] [--skip-example] [--json out.json]
+        --dtype bf16 --runs 5 --threads 2] [--skip-layer] [--skip-example] [--json out.json]
 """
 import argparse
 import importlib.util
@@ -44,6 +52,14 @@ class Identity(nn.Module):
 class Neg(nn.Module):
     def forward(self, h):
         return -h
+
+
+class Half(nn.Module):
+    def forward(self, h):
+        return 0.5 * h
+
+
+LAYER_SITES = 4
 
 
 def block_rows(args):
@@ -87,6 +103,74 @@ def block_rows(args):
     return {"agreement": agree, "median_ms": med, "runs_ms": times}
 
 
+def triad_gbs(threads, mib=256, runs=5):
+    """a = b + 3 c over three fp32 tensors of mib MiB on `threads` torch threads: 3 n 4 bytes
+    (read + write, as mhc-bench counts) over the best of `runs` after a warm-up."""
+    torch.set_num_threads(threads)
+    n = mib << 18
+    a, b, c = torch.zeros(n), torch.ones(n), torch.full((n,), 2.0)
+    best = float("inf")
+    for i in range(runs + 1):
+        t0 = time.perf_counter()
+        torch.add(b, c, alpha=3.0, out=a)
+        if i:
+            best = min(best, time.perf_counter() - t0)
+    if float(a[n // 2]) != 7.0:
+        raise RuntimeError("triad check failed")
+    return 3.0 * n * 4 / best / 1e9
+
+
+def layer_bytes(t, n, d, dtype):
+    """The layer step's byte bound (module docstring): per site 7 streams and 5 rows, the
+    head or collapse 3 streams and 2 rows, the sub-layer 4 rows."""
+    e = torch.finfo(dtype).bits // 8
+    return t * d * e * (LAYER_SITES * (7 * n + 5) + 3 * n + 2 + 4 * LAYER_SITES)
+
+
+def layer_rows(args):
+    dtype = DTYPES[args.dtype]
+    t, n, d = args.tokens, args.streams, args.hidden
+    counts = sorted({1, args.threads})
+    triad = {k: triad_gbs(k) for k in counts}
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(t, n, d, generator=gen).to(dtype)
+    g = torch.randn(t, d, generator=gen).to(dtype)
+    stacks = {}
+    for variant in ("v4", "v4.1"):
+        torch.manual_seed(0)
+        blocks = [mhc.nn.MhcBlock(n, d, Half(), single_pass=variant == "v4.1") for _ in range(LAYER_SITES)]
+        with torch.no_grad():  # away from the near-static start, as in block_rows
+            for block in blocks:
+                block.alpha.fill_(0.5)
+                block.bias.add_(0.3 * torch.randn_like(block.bias))
+        stacks[variant] = mhc.nn.MhcStack(blocks, head=mhc.nn.MhcHead(n, d) if variant == "v4" else None)
+    times = {(v, k): [] for v in stacks for k in counts}
+    for i in range(args.runs + 1):
+        for k in counts:
+            torch.set_num_threads(k)
+            mhc.set_num_threads(k)
+            for variant, stack in stacks.items():
+                leaf = x.detach().requires_grad_()
+                stack.zero_grad(set_to_none=True)
+                t0 = time.perf_counter()
+                stack(leaf).backward(g)
+                elapsed = time.perf_counter() - t0
+                del leaf
+                if i:  # the first round is the warm-up
+                    times[(variant, k)].append(1e3 * elapsed)
+    torch.set_num_threads(args.threads)
+    mhc.set_num_threads(args.threads)
+    nbytes = layer_bytes(t, n, d, dtype)
+    rows = []
+    for variant in stacks:
+        for k in counts:
+            ms = statistics.median(times[(variant, k)])
+            bound_ms = nbytes / (triad[k] * 1e9) * 1e3
+            rows.append({"variant": variant, "threads": k, "ms": ms, "runs_ms": times[(variant, k)],
+                         "bound_ms": bound_ms, "of_bound": bound_ms / ms, "triad_gbs": triad[k]})
+    return {"bytes": nbytes, "triad_gbs": triad, "rows": rows}
+
+
 def load_example():
     spec = importlib.util.spec_from_file_location("train_tiny", os.path.join(REPO, "examples", "train_tiny.py"))
     module = importlib.util.module_from_spec(spec)
@@ -118,6 +202,7 @@ def main():
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--example-steps", type=int, default=20)
+    p.add_argument("--skip-layer", action="store_true")
     p.add_argument("--skip-example", action="store_true")
     p.add_argument("--json", default=None)
     args = p.parse_args()
@@ -138,6 +223,25 @@ def main():
         print(f"{label:<22} {m[name]['fwd']:11.1f} {m[name]['total']:11.1f}")
     print(f"{'twin / ours':<22} {m['twin']['fwd'] / m['mhc']['fwd']:10.1f}x "
           f"{m['twin']['total'] / m['mhc']['total']:10.1f}x", flush=True)
+
+    if not args.skip_layer:
+        lr = layer_rows(args)
+        result["layer"] = lr
+        print(f"# the layer step: MhcStack of {LAYER_SITES} blocks around y = 0.5 h, then MhcHead (v4) or the "
+              f"collapse (v4.1), forward + backward; byte bound {lr['bytes'] / 2**20:.0f} MiB at the triad "
+              + ", ".join(f"{gbs:.1f} GB/s ({k} thread{'s' if k > 1 else ''})" for k, gbs in lr["triad_gbs"].items()))
+        print(f"{'':<22} {'threads':>7} {'fwd+bwd ms':>11} {'bound ms':>9} {'of bound':>9}")
+        by = {(r["variant"], r["threads"]): r for r in lr["rows"]}
+        for r in lr["rows"]:
+            print(f"{'layer step ' + r['variant']:<22} {r['threads']:7d} {r['ms']:11.1f} {r['bound_ms']:9.1f} "
+                  f"{100 * r['of_bound']:8.1f}%")
+        if 1 in lr["triad_gbs"] and args.threads > 1:
+            triad_ratio = lr["triad_gbs"][args.threads] / lr["triad_gbs"][1]
+            for variant in ("v4", "v4.1"):
+                ratio = by[(variant, 1)]["ms"] / by[(variant, args.threads)]["ms"]
+                print(f"# {variant}: 1 -> {args.threads} threads {ratio:.2f}x, triad {triad_ratio:.2f}x "
+                      f"({ratio / triad_ratio:.2f} of it)")
+        sys.stdout.flush()
 
     if not args.skip_example:
         ex = example_rows(args)

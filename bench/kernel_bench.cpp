@@ -126,10 +126,11 @@ void amx_split_step(benchmark::State& state) {
 #endif
 
 // PreForward/<family>/T:<T> and PreBackward/<family>/T:<T>: the operators at
-// N = 4, D = 4096, bf16, with gamma, 2 threads, through Options::isa (small
-// batches: how items are cut and what one call costs).
+// N = 4, D = 4096 (the forward also at 7168, V4's width), bf16, with gamma, 2
+// threads, through Options::isa (small batches: how items are cut and what one
+// call costs).
 struct Operands {
-  explicit Operands(int64_t T) : T(T) {
+  explicit Operands(int64_t T, int64_t D = 4096) : D(D), K(N * D), T(T) {
     x.assign(static_cast<size_t>(T * K), 0x3e80);
     grad_h_in.assign(static_cast<size_t>(T * D), 0x3e80);
     phi.assign(static_cast<size_t>(F * K), 0.001f);
@@ -147,8 +148,8 @@ struct Operands {
     grad_phi.assign(static_cast<size_t>(F * K), 0.0f);
     grad_gamma.assign(static_cast<size_t>(K), 0.0f);
   }
-  static constexpr int64_t N = 4, D = 4096, K = N * D, F = 2 * N + N * N;
-  int64_t T;
+  static constexpr int64_t N = 4, F = 2 * N + N * N;
+  int64_t D, K, T;
   std::vector<uint16_t> x, grad_h_in, h_in, grad_x;
   std::vector<float> phi, gamma, bias, per_token_f, h_post, h_pre, h_res, inv_rms, grad_h_post, grad_h_res, grad_phi,
       grad_gamma;
@@ -180,8 +181,8 @@ struct Operands {
 };
 
 void pre_forward(benchmark::State& state, mhc::Isa isa, int64_t T,
-                 mhc::MatmulPrecision precision = mhc::MatmulPrecision::fp32) {
-  Operands o(T);
+                 mhc::MatmulPrecision precision = mhc::MatmulPrecision::fp32, int64_t D = 4096) {
+  Operands o(T, D);
   mhc::Options options;
   options.isa = isa;
   options.num_threads = 2;
@@ -242,6 +243,12 @@ int main(int argc, char** argv) {
       })->UseRealTime();
       benchmark::RegisterBenchmark(("PreBackward/" + suffix).c_str(), [isa, T](benchmark::State& state) {
         pre_backward(state, isa, T);
+      })->UseRealTime();
+    }
+    for (int64_t T : {1, 16, 64}) {
+      const std::string wide = std::string(mhc::isa_name(isa)) + "/T:" + std::to_string(T) + "/D:7168";
+      benchmark::RegisterBenchmark(("PreForward/" + wide).c_str(), [isa, T](benchmark::State& state) {
+        pre_forward(state, isa, T, mhc::MatmulPrecision::fp32, 7168);
       })->UseRealTime();
     }
     // HF32 products (matmul_precision hf32): the rounding's cost against the cases above.
