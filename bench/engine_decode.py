@@ -12,7 +12,8 @@ one process with torch and mhc on the same thread count:
   - torch.mv (T = 1) / torch.mm of phi on the same tokens (fp32): what the one product of
     the pre costs in torch;
 and, the engines' threading question, a decode loop of the three ops interleaved with
-torch.mv of phi's size against (the ops alone + the matmul alone), beside the same for
+torch.mv of phi's size against (the ops alone + the matmul alone), the median of --rounds
+rounds of the three timings side by side, beside the same for
 torch's own torch.add, and the ops beside a partner with threads and no bytes (torch.mv
 of [F, 64]) and one with bytes and no product (a copy of phi's size). Through torch.ops
 the ops run on torch's intra-op threads (mhc::Executor), not on mhc's own pool.
@@ -169,14 +170,21 @@ def interleaved(args):
                  ("mhc's three ops", mhc_ops, "torch.mv [F, 64]", lambda: torch.mv(w_small, v_small)),
                  ("mhc's three ops", mhc_ops, "copy of phi's size", lambda: w.clone()))
         for name, step, partner_name, partner in cases:
-            alone = median_us(step, args.seconds)
-            alone_partner = median_us(partner, args.seconds)
-            loop = median_us(lambda: (step(), partner()), args.seconds)
-            ratio = loop / (alone + alone_partner)
+            # Rounds of the three timings side by side: the host's speed drifts over
+            # seconds, a round's ratio much less; the median round is reported.
+            rounds = []
+            for _ in range(args.rounds):
+                alone = median_us(step, args.seconds)
+                alone_partner = median_us(partner, args.seconds)
+                loop = median_us(lambda: (step(), partner()), args.seconds)
+                rounds.append((loop / (alone + alone_partner), alone, alone_partner, loop))
+            ratios = sorted(r[0] for r in rounds)
+            ratio, alone, alone_partner, loop = sorted(rounds)[len(rounds) // 2]
             results.append(dict(D=D, step=name, partner=partner_name, step_us=alone, partner_us=alone_partner,
-                                interleaved_us=loop, ratio=ratio))
+                                interleaved_us=loop, ratio=ratio, round_ratios=ratios))
             print(f"interleaved D={D}, {name}: {alone:.1f} us + {partner_name} {alone_partner:.1f} us alone; "
-                  f"together {loop:.1f} us = {ratio:.3f} x the sum", flush=True)
+                  f"together {loop:.1f} us = {ratio:.3f} x the sum (median of {len(rounds)} rounds, "
+                  f"{ratios[0]:.3f}-{ratios[-1]:.3f})", flush=True)
     return results
 
 
@@ -186,13 +194,14 @@ def main():
     p.add_argument("--tokens", default="1,4,16,64,128,1024")
     p.add_argument("--hidden", default="4096,7168")
     p.add_argument("--seconds", type=float, default=0.3, help="least time per measurement")
+    p.add_argument("--rounds", type=int, default=5, help="rounds of the interleaved loop's three timings")
     p.add_argument("--quick", action="store_true", help="T = 1, 64 at D = 4096 only, briefly")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     args.tokens = [int(t) for t in args.tokens.split(",")]
     args.hidden = [int(d) for d in args.hidden.split(",")]
     if args.quick:
-        args.tokens, args.hidden, args.seconds = [1, 64], [4096], 0.05
+        args.tokens, args.hidden, args.seconds, args.rounds = [1, 64], [4096], 0.05, 1
     torch.set_num_threads(args.threads)
     mhc.set_num_threads(args.threads)
     mhc.engines.register_sgl_kernel()
