@@ -10,7 +10,9 @@ process, alternating ours, ours with recompute and the twin, one warm-up each, t
 torch.set_num_threads and mhc.set_num_threads both --threads.
 
 Then the layer step: mhc.nn.MhcStack of 4 blocks around y = 0.5 h, ending in MhcHead (V4)
-or the collapse (V4.1), forward + backward from a fresh leaf, at 1 and --threads threads,
+or the collapse (V4.1), forward + backward from a fresh leaf, at 1 and --threads threads
+(the sub-layer's outputs from mhc's output cache, as a caching allocator gives them; V4
+also with torch's CPU allocator, whose 32 MiB outputs are mapped afresh at every step),
 against its byte bound: T D e (4 (7 N + 5) + 3 N + 2 + 4 4) bytes for element size e (per site
 the fused forward's and the site backward's streams and rows, the head's or collapse's,
 the sub-layer's four rows; 324 D a token at N = 4 bf16) over the triad bandwidth, a = b +
@@ -39,6 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "python"))
 import mhc  # noqa: E402  (the package of this repository)
+from mhc._output_cache import cache as output_cache  # noqa: E402
 from mhc.nn.reference import ReferenceMhcBlock  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -57,6 +60,25 @@ class Neg(nn.Module):
 class Half(nn.Module):
     def forward(self, h):
         return 0.5 * h
+
+
+class _HalfCached(torch.autograd.Function):
+    """y = 0.5 h and its backward with their outputs from mhc's output cache, as a caching
+    allocator gives them: torch's CPU allocator maps each 32 MiB output afresh (glibc's
+    mmap threshold stops at 32 MiB), whose first touch then costs page faults."""
+
+    @staticmethod
+    def forward(ctx, h):
+        return torch.mul(h, 0.5, out=output_cache.empty(h.shape, h.dtype))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return torch.mul(grad, 0.5, out=output_cache.empty(grad.shape, grad.dtype))
+
+
+class HalfCached(nn.Module):
+    def forward(self, h):
+        return _HalfCached.apply(h)
 
 
 LAYER_SITES = 4
@@ -136,14 +158,15 @@ def layer_rows(args):
     x = torch.randn(t, n, d, generator=gen).to(dtype)
     g = torch.randn(t, d, generator=gen).to(dtype)
     stacks = {}
-    for variant in ("v4", "v4.1"):
+    for variant in ("v4", "v4.1", "v4, torch's allocator"):
         torch.manual_seed(0)
-        blocks = [mhc.nn.MhcBlock(n, d, Half(), single_pass=variant == "v4.1") for _ in range(LAYER_SITES)]
+        sub = Half if variant.endswith("allocator") else HalfCached
+        blocks = [mhc.nn.MhcBlock(n, d, sub(), single_pass=variant == "v4.1") for _ in range(LAYER_SITES)]
         with torch.no_grad():  # away from the near-static start, as in block_rows
             for block in blocks:
                 block.alpha.fill_(0.5)
                 block.bias.add_(0.3 * torch.randn_like(block.bias))
-        stacks[variant] = mhc.nn.MhcStack(blocks, head=mhc.nn.MhcHead(n, d) if variant == "v4" else None)
+        stacks[variant] = mhc.nn.MhcStack(blocks, head=None if variant == "v4.1" else mhc.nn.MhcHead(n, d))
     times = {(v, k): [] for v in stacks for k in counts}
     for i in range(args.runs + 1):
         for k in counts:
@@ -230,10 +253,10 @@ def main():
         print(f"# the layer step: MhcStack of {LAYER_SITES} blocks around y = 0.5 h, then MhcHead (v4) or the "
               f"collapse (v4.1), forward + backward; byte bound {lr['bytes'] / 2**20:.0f} MiB at the triad "
               + ", ".join(f"{gbs:.1f} GB/s ({k} thread{'s' if k > 1 else ''})" for k, gbs in lr["triad_gbs"].items()))
-        print(f"{'':<22} {'threads':>7} {'fwd+bwd ms':>11} {'bound ms':>9} {'of bound':>9}")
+        print(f"{'':<36} {'threads':>7} {'fwd+bwd ms':>11} {'bound ms':>9} {'of bound':>9}")
         by = {(r["variant"], r["threads"]): r for r in lr["rows"]}
         for r in lr["rows"]:
-            print(f"{'layer step ' + r['variant']:<22} {r['threads']:7d} {r['ms']:11.1f} {r['bound_ms']:9.1f} "
+            print(f"{'layer step ' + r['variant']:<36} {r['threads']:7d} {r['ms']:11.1f} {r['bound_ms']:9.1f} "
                   f"{100 * r['of_bound']:8.1f}%")
         if 1 in lr["triad_gbs"] and args.threads > 1:
             triad_ratio = lr["triad_gbs"][args.threads] / lr["triad_gbs"][1]
