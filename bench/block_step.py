@@ -84,6 +84,25 @@ class HalfCached(nn.Module):
 LAYER_SITES = 4
 
 
+def move_off_start(module):
+    """Parameters away from the near-static start, as after some training."""
+    with torch.no_grad():
+        module.alpha.fill_(0.5)
+        module.bias.add_(0.3 * torch.randn_like(module.bias))
+
+
+def step_ms(module, x, g):
+    """(forward ms, forward + backward ms) of module on a fresh leaf of x, gradient g."""
+    leaf = x.detach().requires_grad_()
+    module.zero_grad(set_to_none=True)
+    t0 = time.perf_counter()
+    out = module(leaf)
+    t1 = time.perf_counter()
+    out.backward(g)
+    t2 = time.perf_counter()
+    return 1e3 * (t1 - t0), 1e3 * (t2 - t0)
+
+
 def block_rows(args):
     dtype = DTYPES[args.dtype]
     t, n, d = args.tokens, args.streams, args.hidden
@@ -92,9 +111,7 @@ def block_rows(args):
     ours = mhc.nn.MhcBlock(n, d, sub())
     recompute = mhc.nn.MhcBlock(n, d, sub(), recompute=True)
     twin = ReferenceMhcBlock(n, d, sub())
-    with torch.no_grad():  # away from the near-static start, as after some training
-        ours.alpha.fill_(0.5)
-        ours.bias.add_(0.3 * torch.randn_like(ours.bias))
+    move_off_start(ours)
     recompute.load_state_dict(ours.state_dict())
     twin.load_state_dict(ours.state_dict())
     gen = torch.Generator().manual_seed(1)
@@ -110,17 +127,10 @@ def block_rows(args):
     times = {name: {"fwd": [], "total": []} for name in blocks}
     for i in range(args.runs + 1):
         for name, block in blocks.items():
-            leaf = x.detach().requires_grad_()
-            block.zero_grad(set_to_none=True)
-            t0 = time.perf_counter()
-            out = block(leaf)
-            t1 = time.perf_counter()
-            out.backward(g)
-            t2 = time.perf_counter()
-            del out, leaf
+            fwd, total = step_ms(block, x, g)
             if i:  # the first round is the warm-up
-                times[name]["fwd"].append(1e3 * (t1 - t0))
-                times[name]["total"].append(1e3 * (t2 - t0))
+                times[name]["fwd"].append(fwd)
+                times[name]["total"].append(total)
     med = {name: {k: statistics.median(v) for k, v in ts.items()} for name, ts in times.items()}
     return {"agreement": agree, "median_ms": med, "runs_ms": times}
 
@@ -162,10 +172,8 @@ def layer_rows(args):
         torch.manual_seed(0)
         sub = Half if variant.endswith("allocator") else HalfCached
         blocks = [mhc.nn.MhcBlock(n, d, sub(), single_pass=variant == "v4.1") for _ in range(LAYER_SITES)]
-        with torch.no_grad():  # away from the near-static start, as in block_rows
-            for block in blocks:
-                block.alpha.fill_(0.5)
-                block.bias.add_(0.3 * torch.randn_like(block.bias))
+        for block in blocks:
+            move_off_start(block)
         stacks[variant] = mhc.nn.MhcStack(blocks, head=None if variant == "v4.1" else mhc.nn.MhcHead(n, d))
     times = {(v, k): [] for v in stacks for k in counts}
     for i in range(args.runs + 1):
@@ -173,14 +181,9 @@ def layer_rows(args):
             torch.set_num_threads(k)
             mhc.set_num_threads(k)
             for variant, stack in stacks.items():
-                leaf = x.detach().requires_grad_()
-                stack.zero_grad(set_to_none=True)
-                t0 = time.perf_counter()
-                stack(leaf).backward(g)
-                elapsed = time.perf_counter() - t0
-                del leaf
+                _, total = step_ms(stack, x, g)
                 if i:  # the first round is the warm-up
-                    times[(variant, k)].append(1e3 * elapsed)
+                    times[(variant, k)].append(total)
     torch.set_num_threads(args.threads)
     mhc.set_num_threads(args.threads)
     nbytes = layer_bytes(t, n, d, dtype)

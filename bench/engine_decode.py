@@ -178,8 +178,9 @@ def interleaved(args):
                 alone_partner = median_us(partner, args.seconds)
                 loop = median_us(lambda: (step(), partner()), args.seconds)
                 rounds.append((loop / (alone + alone_partner), alone, alone_partner, loop))
-            ratios = sorted(r[0] for r in rounds)
-            ratio, alone, alone_partner, loop = sorted(rounds)[len(rounds) // 2]
+            rounds.sort()
+            ratios = [r[0] for r in rounds]
+            ratio, alone, alone_partner, loop = rounds[len(rounds) // 2]
             results.append(dict(D=D, step=name, partner=partner_name, step_us=alone, partner_us=alone_partner,
                                 interleaved_us=loop, ratio=ratio, round_ratios=ratios))
             print(f"interleaved D={D}, {name}: {alone:.1f} us + {partner_name} {alone_partner:.1f} us alone; "
