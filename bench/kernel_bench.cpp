@@ -212,6 +212,35 @@ void pre_backward(benchmark::State& state, mhc::Isa isa, int64_t T,
     }
 }
 
+// PostBackward/<family>/T:16: MhcPostBackward at N = 4, D = 4096, bf16, with h_res,
+// on 1 thread: 16 tokens' operands (1.8 MB) stay in L2, so this is the kernel's
+// compute cost per token, which decides how much of the streaming it can hide.
+void post_backward(benchmark::State& state, mhc::Isa isa) {
+  constexpr int64_t T = 16, N = 4, D = 4096;
+  std::vector<uint16_t> grad_out(T * N * D, 0x3e80), x(T * N * D, 0x3f00), h_out(T * D, 0x3e00), grad_x(T * N * D),
+      grad_h_out(T * D);
+  std::vector<float> h_res(T * N * N, 0.25f), h_post(T * N, 0.5f), grad_h_res(T * N * N), grad_h_post(T * N);
+  const mhc::PostBackwardInputs in{mhc::TensorView(grad_out.data(), DType::bf16, {T, N, D}),
+                                   mhc::TensorView(x.data(), DType::bf16, {T, N, D}),
+                                   mhc::TensorView(h_res.data(), DType::fp32, {T, N, N}),
+                                   mhc::TensorView(h_out.data(), DType::bf16, {T, D}),
+                                   mhc::TensorView(h_post.data(), DType::fp32, {T, N})};
+  const mhc::PostBackwardOutputs out{mhc::TensorView(grad_x.data(), DType::bf16, {T, N, D}),
+                                     mhc::TensorView(grad_h_res.data(), DType::fp32, {T, N, N}),
+                                     mhc::TensorView(grad_h_out.data(), DType::bf16, {T, D}),
+                                     mhc::TensorView(grad_h_post.data(), DType::fp32, {T, N})};
+  mhc::Options options;
+  options.isa = isa;
+  options.num_threads = 1;
+  for (auto _ : state)
+    if (!mhc::post_backward(in, out, options).ok()) {
+      state.SkipWithError("post_backward failed");
+      break;
+    }
+  state.counters["per_token"] =
+      benchmark::Counter(double(T) * double(state.iterations()), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -251,6 +280,8 @@ int main(int argc, char** argv) {
         pre_forward(state, isa, T, mhc::MatmulPrecision::fp32, 7168);
       })->UseRealTime();
     }
+    benchmark::RegisterBenchmark(("PostBackward/" + std::string(mhc::isa_name(isa)) + "/T:16").c_str(),
+                                 [isa](benchmark::State& state) { post_backward(state, isa); });
     // HF32 products (matmul_precision hf32): the rounding's cost against the cases above.
     const std::string hf32 = std::string(mhc::isa_name(isa)) + "/T:256/hf32";
     benchmark::RegisterBenchmark(("PreForward/" + hf32).c_str(), [isa](benchmark::State& state) {
