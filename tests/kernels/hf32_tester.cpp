@@ -12,8 +12,6 @@ namespace {
 
 using mhc::kernels::common::round_hf32;
 
-float from_bits(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
-
 // SPEC's formula on the int32 pattern, with arithmetic shifts.
 uint32_t spec_formula(uint32_t u) {
   const int32_t b = int32_t(u);

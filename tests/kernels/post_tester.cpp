@@ -49,10 +49,12 @@ struct Raw {
   Raw() = default;
   Raw(DType t, int64_t n, uint8_t fill) : dtype(t), bytes(size_t(n * mhc::core::element_size(t)), fill) {}
   void set(int64_t i, float v) { mhc::core::store_element(bytes.data(), dtype, i, v); }
-  // A 16-bit element's bits as they are (a NaN's payload kept).
-  void set_bits(int64_t i, uint16_t b) { std::memcpy(bytes.data() + 2 * i, &b, 2); }
   void* data() { return bytes.data(); }
-  uint8_t* data_at(int64_t i) { return bytes.data() + i * mhc::core::element_size(dtype); }
+  // Element i's bits as they are (a NaN's payload kept): a uint16_t or a uint32_t.
+  template <class Bits>
+  void set_bits(int64_t i, Bits b) {
+    std::memcpy(bytes.data() + i * mhc::core::element_size(dtype), &b, sizeof b);
+  }
 };
 
 ::testing::AssertionResult same_bytes(const Raw& got, const Raw& want, const char* what) {
@@ -284,27 +286,22 @@ TEST(PostTables, SignedZerosGiveTheReferenceBits) {
 // grad_x's sums; every table gives the reference's bits, token by token.
 TEST(PostTables, NaNsAndInfinitiesGiveTheReferenceBits) {
   const std::vector<Table> all = tables();
-  auto nan_with_payload = [](uint32_t b) {
-    float f;
-    std::memcpy(&f, &b, 4);
-    return f;
-  };
   for (DType dtype : {DType::bf16, DType::fp16, DType::fp32})
     for (int64_t D : {64, 300})
       for (DType grad_x_dtype : {dtype, DType::fp32}) {
         const int64_t T = 6, N = 4;
         Case c = make_case(T, N, D, dtype, true, grad_x_dtype, uint64_t(D + int(dtype)));
         auto at = [&](int64_t t, int64_t n, int64_t d) { return t * c.token_stride + n * c.stream_stride + d; };
-        c.h_res[size_t(1 * c.mat_stride + 1)] = nan_with_payload(0x7fc09234u);  // token 1: grad_x row 0
-        c.h_post[size_t(2 * c.vec_stride + 2)] = nan_with_payload(0xffc18001u);  // token 2: grad_h_out
+        c.h_res[size_t(1 * c.mat_stride + 1)] = from_bits(0x7fc09234u);  // token 1: grad_x row 0
+        c.h_post[size_t(2 * c.vec_stride + 2)] = from_bits(0xffc18001u);  // token 2: grad_h_out
         for (int64_t d = 5; d < D; d += 37) {
           c.grad_out.set(at(3, 0, d), INFINITY);  // token 3: inf - inf in grad_x and grad_h_out
           c.grad_out.set(at(3, 1, d), -INFINITY);
         }
         if (dtype == DType::fp32) {
-          float nan = nan_with_payload(0x7fa0c001u);  // signalling, made quiet by the first product
-          std::memcpy(c.grad_out.data_at(at(4, 2, D / 2)), &nan, 4);
-          std::memcpy(c.x.data_at(at(5, 3, 7)), &nan, 4);
+          const uint32_t nan = 0x7fa0c001u;  // signalling, made quiet by the first product
+          c.grad_out.set_bits(at(4, 2, D / 2), nan);
+          c.x.set_bits(at(5, 3, 7), nan);
         } else {
           const uint16_t nan = dtype == DType::bf16 ? 0x7fa1 : 0x7d01;  // signalling, with a payload
           c.grad_out.set_bits(at(4, 2, D / 2), nan);

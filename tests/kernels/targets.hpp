@@ -62,6 +62,11 @@ inline uint32_t bits(float f) {
   std::memcpy(&u, &f, 4);
   return u;
 }
+inline float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 
 // Runs body(target) for every SIMD target; skips (saying why) where there is none.
 #define MHC_FOR_EACH_SIMD_TARGET(m)                                                         \
