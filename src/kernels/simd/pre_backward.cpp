@@ -90,41 +90,60 @@ int64_t BackwardScratchFloats(const PreShape& d) {
   return kBlockRows * hn::Lanes(DF()) + align16(d.N);  // zero-padded phi block; g_pre
 }
 
+// Token t's stream n: the sum of x * grad_h_in in lanes (one fused multiply-add a
+// vector, in column order), x copied into the v tile (and hf32(x * gamma) into the
+// u tile). The tiles' offsets advance along a column item's run, and every pointer
+// and offset sits in a local, which the stores through void pointers would make the
+// loop reload (formed per vector, the phase took 15 % longer and the call 3-4 %:
+// bench/ab_builds.py --op pre_backward).
+template <DType T>
+HWY_INLINE VF StatsRow(const BackwardOperands& o, const Tiles& tiles, int64_t chunk0, int64_t t, int64_t n) {
+  const DF df;
+  const int64_t L = tiles.L, D = o.shape.D, whole = D / L * L, gh_at = o.grad_h_in.at(t, 0), x_at = o.x.at(t, n);
+  const void* const x = o.x.data;
+  const void* const grad_h_in = o.grad_h_in.data;
+  const float* const gamma = o.gamma.present() ? o.gamma.row(n) : nullptr;
+  void* const v_tile = tiles.v;
+  float* const u_tile = tiles.u;
+  VF lanes = hn::Zero(df);
+  int64_t j = 0, strip = 0;
+  while (j < whole) {  // a column item's run of the tiles at a time
+    const int64_t run_end = std::min(whole, (j / kColumnsPerItem + 1) * kColumnsPerItem);
+    // The tiles' offsets of column 0, were the run to reach back to it.
+    const int64_t v_at = tiles.v_at(n, strip, t - chunk0) - j, u_at = tiles.gu_offset(n, strip, t - chunk0) - j;
+    for (; j < run_end; j += L) {
+      const VF v = LoadT<T>(df, x, x_at + j);
+      lanes = hn::MulAdd(v, LoadT<T>(df, grad_h_in, gh_at + j), lanes);
+      CopyT<T>(df, x, x_at + j, v_tile, v_at + j);
+      if (u_tile != nullptr) {  // the products' operand hf32(v * gamma)
+        const VF u = gamma != nullptr ? hn::Mul(v, hn::LoadU(df, gamma + j)) : v;
+        hn::Store(RoundHf32(df, u), df, u_tile + u_at + j);
+      }
+    }
+    strip = j / L;
+  }
+  for (; j < D; j += L, ++strip) {
+    const int64_t width = std::min(L, D - j);
+    const VF v = LoadRow(df, x, T, x_at + j, 1, width);
+    lanes = hn::MulAdd(v, LoadRow(df, grad_h_in, T, gh_at + j, 1, width), lanes);
+    CopyRow<T>(df, x, x_at + j, 1, width, v_tile, tiles.v_at(n, strip, t - chunk0));
+    if (u_tile != nullptr) {
+      const VF u = gamma != nullptr ? hn::Mul(v, LoadRow(df, gamma, DType::fp32, j, 1, width)) : v;
+      hn::Store(RoundHf32(df, u), df, tiles.u_at(n, strip, t - chunk0));
+    }
+  }
+  return lanes;
+}
+
 void BackwardTokenStats(const BackwardStep& step, int64_t chunk0, int64_t t0, int64_t t1) {
   const BackwardOperands& o = *step.operands;
   const PreShape& d = o.shape;
   const DF df;
   const Tiles tiles = TilesOf(step);
-  const int64_t L = tiles.L, full = d.D / L * L;
-  float* g_pre = step.scratch + kBlockRows * L;
+  float* g_pre = step.scratch + kBlockRows * tiles.L;
   WithDType(d.x_dtype, [&]<DType T>() {  // grad_h_in has x's dtype
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t gh_at = o.grad_h_in.at(t, 0);
-      for (int64_t n = 0; n < d.N; ++n) {
-        const int64_t x_at = o.x.at(t, n);
-        VF lanes = hn::Zero(df);
-        int64_t j = 0, strip = 0;
-        for (; j < full; j += L, ++strip) {
-          const VF v = LoadT<T>(df, o.x.data, x_at + j);
-          lanes = hn::MulAdd(v, LoadT<T>(df, o.grad_h_in.data, gh_at + j), lanes);
-          CopyT<T>(df, o.x.data, x_at + j, tiles.v, tiles.v_at(n, strip, t - chunk0));
-          if (tiles.u) {  // the products' operand hf32(v * gamma)
-            const VF u = o.gamma.present() ? hn::Mul(v, hn::LoadU(df, o.gamma.row(n) + j)) : v;
-            hn::Store(RoundHf32(df, u), df, tiles.u_at(n, strip, t - chunk0));
-          }
-        }
-        for (; j < d.D; j += L, ++strip) {
-          const int64_t width = std::min(L, d.D - j);
-          const VF v = LoadRow(df, o.x.data, T, x_at + j, 1, width);
-          lanes = hn::MulAdd(v, LoadRow(df, o.grad_h_in.data, T, gh_at + j, 1, width), lanes);
-          CopyRow<T>(df, o.x.data, x_at + j, 1, width, tiles.v, tiles.v_at(n, strip, t - chunk0));
-          if (tiles.u) {
-            const VF u = o.gamma.present() ? hn::Mul(v, LoadRow(df, o.gamma.row(n), DType::fp32, j, 1, width)) : v;
-            hn::Store(RoundHf32(df, u), df, tiles.u_at(n, strip, t - chunk0));
-          }
-        }
-        g_pre[n] = FoldLanes(df, lanes);
-      }
+      for (int64_t n = 0; n < d.N; ++n) g_pre[n] = FoldLanes(df, StatsRow<T>(o, tiles, chunk0, t, n));
       const BackwardBuffers& b = *step.buffers;
       common::backward_token_finish(o, t, g_pre, b.G + t * d.F, b.gz + t * d.F, b.c + t, b.alpha_terms + 3 * t);
     }
@@ -210,29 +229,44 @@ template <DType T, int kN, bool kSite>
 HWY_INLINE void RowVectors(const BackwardOperands& o, const Tiles& tiles, int64_t chunk0, int64_t t, bool stream) {
   const DF df;
   const int64_t L = tiles.L, full = o.shape.D / L * L;
-  const bool has_post = o.grad_x_post.present();
   const DType post_dtype = o.grad_x_post_dtype;
   const float* h_pre = common::collapse_weights(o, t);  // or the carried pre-mix
   const float* H = kSite ? o.post_h_res.at(t) : nullptr;
+  // Every offset in locals, so that the stores through grad_x's void pointer,
+  // which may alias anything, do not make the loop reload them.
+  const void* const grad_h_in = o.grad_h_in.data;
+  const void* const grad_x_post = o.grad_x_post.data;
+  const void* const grad_out = o.post_grad_out.data;
+  void* const grad_x = o.grad_x.data;
+  const float* const gu = tiles.gu;  // y by now
   const int64_t gh_at = o.grad_h_in.at(t, 0);
-  for (int64_t j = 0, strip = 0; j < full; j += L, ++strip) {
-    const VF grad_h_in = LoadT<T>(df, o.grad_h_in.data, gh_at + j);
-    VecArray<kN> g;
+  int64_t post_at[kN], out_at[kN], grad_out_at[kN];
+  float h_pre_n[kN];
+  for (int n = 0; n < kN; ++n) {
+    post_at[n] = grad_x_post != nullptr ? o.grad_x_post.at(t, n) : 0;
+    out_at[n] = o.grad_x.at(t, n);
+    grad_out_at[n] = kSite ? o.post_grad_out.at(t, n) : 0;
+    h_pre_n[n] = h_pre[n];
+  }
+  for (int64_t j = 0; j < full;) {  // a column item's run of the gu tile at a time
+    const int64_t run_end = std::min(full, (j / kColumnsPerItem + 1) * kColumnsPerItem);
+    int64_t y_at[kN];  // the gu tile's offsets of column 0, were the run to reach back to it
+    for (int n = 0; n < kN; ++n) y_at[n] = tiles.gu_offset(n, j / L, t - chunk0) - j;
+    for (; j < run_end; j += L) {
+      const VF gh = LoadT<T>(df, grad_h_in, gh_at + j);
+      VecArray<kN> g;
 #pragma GCC unroll 8
-    for (int i = 0; i < kN && kSite; ++i) g[i] = LoadT<T>(df, o.post_grad_out.data, o.post_grad_out.at(t, i) + j);
+      for (int i = 0; i < kN && kSite; ++i) g[i] = LoadT<T>(df, grad_out, grad_out_at[i] + j);
 #pragma GCC unroll 8
-    for (int n = 0; n < kN; ++n) {
-      const VF y = hn::Load(df, tiles.gu_at(n, strip, t - chunk0));
-      VF gx = hn::MulAdd(hn::Set(df, h_pre[n]), grad_h_in, y);
-      if (has_post) {
-        const int64_t post_at = o.grad_x_post.at(t, n) + j;
-        gx = hn::Add(gx, post_dtype == T ? LoadT<T>(df, o.grad_x_post.data, post_at)
-                                         : LoadT<DType::fp32>(df, o.grad_x_post.data, post_at));
+      for (int n = 0; n < kN; ++n) {
+        VF gx = hn::MulAdd(hn::Set(df, h_pre_n[n]), gh, hn::Load(df, gu + y_at[n] + j));
+        if (grad_x_post != nullptr)
+          gx = hn::Add(gx, post_dtype == T ? LoadT<T>(df, grad_x_post, post_at[n] + j)
+                                           : LoadT<DType::fp32>(df, grad_x_post, post_at[n] + j));
+        if constexpr (kSite) gx = hn::Add(gx, PostShare(df, H + n * kN, kN, [&](int64_t i) HWY_ATTR { return VF(g[i]); }));
+        if (stream) StreamT<T>(df, gx, grad_x, out_at[n] + j);
+        else StoreT<T>(df, gx, grad_x, out_at[n] + j);
       }
-      if constexpr (kSite) gx = hn::Add(gx, PostShare(df, H + n * kN, kN, [&](int64_t i) HWY_ATTR { return VF(g[i]); }));
-      const int64_t out_at = o.grad_x.at(t, n) + j;
-      if (stream) StreamT<T>(df, gx, o.grad_x.data, out_at);
-      else StoreT<T>(df, gx, o.grad_x.data, out_at);
     }
   }
 }
