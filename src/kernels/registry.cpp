@@ -34,7 +34,8 @@ std::span<const Implementation> build() {
 #if defined(MHC_WITH_SIMD) && defined(__x86_64__)
     {.isa = Isa::avx512,
      .name = "avx512",
-     .applies_to = "x86-64 with AVX-512 (F, BW, DQ, VL): Highway's AVX3 target",
+     .applies_to = "x86-64 with AVX-512 (F, BW, DQ, VL): Highway's AVX3 target; MhcPost's bf16 outputs "
+                   "rounded by vcvtne2ps2bf16 where AVX512_BF16 is present",
      .available = avx512_runs,
      .pre_forward = simd::pre_forward(Isa::avx512),
      .pre_backward = simd::pre_backward(Isa::avx512),

@@ -26,8 +26,10 @@ namespace simd {
 const PreForwardKernels* pre_forward(Isa isa);    // avx512, avx2, sve2, sve or neon
 const PreBackwardKernels* pre_backward(Isa isa);
 const SinkhornKernels* sinkhorn(Isa isa);
-const PostKernels* post(Isa isa);
+const PostKernels* post(Isa isa);                 // avx512: post(isa, has_avx512_bf16())
+const PostKernels* post(Isa isa, bool hardware_bf16);  // avx512 with bf16 rounded by vcvtne2ps2bf16
 bool runs(Isa isa);                               // this CPU runs that Highway target
+bool has_avx512_bf16();                           // ... and AVX3 with AVX512_BF16
 }  // namespace simd
 namespace amx {
 extern const PreForwardKernels kPreForward;

@@ -34,8 +34,11 @@ std::vector<Table> tables() {
     if (impl.available() && impl.post != nullptr) out.push_back({std::string("entry ") + impl.name, impl.post});
 #if defined(MHC_WITH_SIMD)
   for (mhc::Isa isa : kSimdFamilies)
-    if (mhc::kernels::simd::runs(isa) && mhc::kernels::simd::post(isa) != nullptr)
-      out.push_back({std::string("simd ") + mhc::isa_name(isa), mhc::kernels::simd::post(isa)});
+    if (mhc::kernels::simd::runs(isa) && mhc::kernels::simd::post(isa) != nullptr) {
+      out.push_back({std::string("simd ") + mhc::isa_name(isa), mhc::kernels::simd::post(isa, false)});
+      if (isa == mhc::Isa::avx512 && mhc::kernels::simd::has_avx512_bf16())
+        out.push_back({"simd avx512 vcvtne2ps2bf16", mhc::kernels::simd::post(isa, true)});
+    }
 #endif
   return out;
 }
@@ -49,6 +52,7 @@ struct Raw {
   Raw() = default;
   Raw(DType t, int64_t n, uint8_t fill) : dtype(t), bytes(size_t(n * mhc::core::element_size(t)), fill) {}
   void set(int64_t i, float v) { mhc::core::store_element(bytes.data(), dtype, i, v); }
+  float get(int64_t i) const { return mhc::core::load_element(bytes.data(), dtype, i); }
   void* data() { return bytes.data(); }
   // Element i's bits as they are (a NaN's payload kept): a uint16_t or a uint32_t.
   template <class Bits>
@@ -319,6 +323,48 @@ TEST(PostTables, NaNsAndInfinitiesGiveTheReferenceBits) {
             ASSERT_TRUE(same_floats(got.grad_h_post, want.grad_h_post, "grad_h_post"));
           }
       }
+}
+
+// Subnormal fp32 results (the inputs scaled near 2^-126): each rounds to its bf16
+// (a subnormal too), never to zero, whatever rounds the table's outputs. Tokens
+// 0-2 whole, token 3 in one column (one lane of a vector), tokens 4-5 as drawn.
+TEST(PostTables, SubnormalResultsGiveTheReferenceBits) {
+  const std::vector<Table> all = tables();
+  for (DType dtype : {DType::bf16, DType::fp16, DType::fp32})
+    for (int64_t D : {64, 300}) {
+      const int64_t T = 6, N = 4;
+      Case c = make_case(T, N, D, dtype, true, dtype, uint64_t(D * 5 + int(dtype)));
+      const float tiny = std::ldexp(1.0f, -127);
+      auto scale = [&](Raw& r, int64_t at) { r.set(at, r.get(at) * tiny); };
+      for (int64_t t = 0; t < 4; ++t)
+        for (int64_t d = 0; d < D; ++d) {
+          if (t == 3 && d != 17) continue;
+          for (int64_t n = 0; n < N; ++n) {
+            scale(c.x, t * c.token_stride + n * c.stream_stride + d);
+            scale(c.grad_out, t * c.token_stride + n * c.stream_stride + d);
+          }
+          scale(c.h_out, t * c.token_stride + d);
+        }
+      const Raw want_out = forward(reference_table(), c, T, D);
+      const Grads want = backward(reference_table(), c, true, T, 0);
+      if (dtype == DType::bf16) {  // the case holds what it says: nonzero subnormal outputs
+        int64_t subnormal = 0;
+        for (size_t i = 0; i + 1 < want.grad_x.bytes.size(); i += 2) {
+          const uint16_t b = uint16_t(want.grad_x.bytes[i] | want.grad_x.bytes[i + 1] << 8);
+          subnormal += (b & 0x7f80) == 0 && (b & 0x7f) != 0;
+        }
+        ASSERT_GT(subnormal, D);
+      }
+      for (const Table& t : all) {
+        SCOPED_TRACE(t.name + " " + mhc::core::dtype_name(dtype) + " D " + std::to_string(D));
+        ASSERT_TRUE(same_bytes(forward(*t.k, c, T, D), want_out, "out"));
+        const Grads got = backward(*t.k, c, true, T, 0);
+        ASSERT_TRUE(same_bytes(got.grad_x, want.grad_x, "grad_x"));
+        ASSERT_TRUE(same_bytes(got.grad_h_out, want.grad_h_out, "grad_h_out"));
+        ASSERT_TRUE(same_floats(got.grad_h_res, want.grad_h_res, "grad_h_res"));
+        ASSERT_TRUE(same_floats(got.grad_h_post, want.grad_h_post, "grad_h_post"));
+      }
+    }
 }
 
 }  // namespace

@@ -55,8 +55,8 @@ bool Streams(const PostShape& s, DType type, bool allowed) {
 int64_t ForwardScratchFloats(const PostShape& s) { return s.N * int64_t(hn::Lanes(DF())) + 64; }
 
 // N = 4 with x's rows in registers, the loops unrolled (the same operations);
-// bf16 outputs two vectors at a time (StoreBF16Pair).
-template <DType T>
+// bf16 outputs two vectors at a time (StoreBF16Pair; kHardware: vcvtne2ps2bf16).
+template <DType T, bool kHardware>
 void ForwardFour(const PostForwardOperands& o, int64_t t0, int64_t t1, int64_t d0, int64_t d1, bool stream) {
   const DF df;
   constexpr int kN = 4;
@@ -85,7 +85,7 @@ void ForwardFour(const PostForwardOperands& o, int64_t t0, int64_t t1, int64_t d
         columns(d, L, first);
         columns(d + L, L, second);
         for (int j = 0; j < kN; ++j)
-          StoreBF16Pair(df, first[j], second[j], static_cast<uint16_t*>(o.out.data) + o.out.at(t, j) + d, stream);
+          StoreBF16Pair<kHardware>(df, first[j], second[j], static_cast<uint16_t*>(o.out.data) + o.out.at(t, j) + d, stream);
       }
     }
     for (; d < d1; d += L) {
@@ -97,10 +97,11 @@ void ForwardFour(const PostForwardOperands& o, int64_t t0, int64_t t1, int64_t d
   }
 }
 
+template <bool kHardware>
 void Forward(const PostForwardOperands& o, float* scratch, int64_t t0, int64_t t1, int64_t d0, int64_t d1) {
   if (o.shape.N == 4) {
     const bool stream = Streams(o.shape, o.shape.x_dtype, o.streaming_stores);
-    WithDType(o.shape.x_dtype, [&]<DType T>() { ForwardFour<T>(o, t0, t1, d0, d1, stream); });
+    WithDType(o.shape.x_dtype, [&]<DType T>() { ForwardFour<T, kHardware>(o, t0, t1, d0, d1, stream); });
     if (stream) hwy::FlushStream();
     return;
   }
@@ -219,7 +220,7 @@ HWY_INLINE void AddQuads(DF df, const TokenQuads* quads, int64_t count, bool fir
 }
 
 // kGradX false: no grad_x (the site backward's prepare, SPEC §15).
-template <DType T, DType GX, bool kGradX>
+template <DType T, DType GX, bool kGradX, bool kHardware>
 void BackwardFour(const PostBackwardOperands& o, int64_t t0, int64_t t1, const TokenQuads (&scratch)[2], bool stream) {
   const DF df;
   constexpr int kN = 4;
@@ -259,13 +260,13 @@ void BackwardFour(const PostBackwardOperands& o, int64_t t0, int64_t t1, const T
         columns(t, d + L, L, d + L - b0, quads, gx1, gho1);
         for (int i = 0; i < kN && kGradX; ++i) {
           if constexpr (GX == DType::bf16) {
-            StoreBF16Pair(df, gx0[i], gx1[i], static_cast<uint16_t*>(o.grad_x.data) + o.grad_x.at(t, i) + d, stream);
+            StoreBF16Pair<kHardware>(df, gx0[i], gx1[i], static_cast<uint16_t*>(o.grad_x.data) + o.grad_x.at(t, i) + d, stream);
           } else {
             StoreColumns<GX>(df, gx0[i], o.grad_x.data, o.grad_x.at(t, i) + d, L, stream);
             StoreColumns<GX>(df, gx1[i], o.grad_x.data, o.grad_x.at(t, i) + d + L, L, stream);
           }
         }
-        StoreBF16Pair(df, gho0, gho1, static_cast<uint16_t*>(o.grad_h_out.data) + o.grad_h_out.at(t, 0) + d, stream);
+        StoreBF16Pair<kHardware>(df, gho0, gho1, static_cast<uint16_t*>(o.grad_h_out.data) + o.grad_h_out.at(t, 0) + d, stream);
       }
     }
     for (; d < b1; d += L) {
@@ -333,6 +334,7 @@ void BackwardTokens(const PostBackwardOperands& o, int64_t t0, int64_t t1, float
   }
 }
 
+template <bool kHardware>
 void Backward(const PostBackwardOperands& o, float* scratch, int64_t t0, int64_t t1) {
   const PostShape& s = o.shape;
   [[maybe_unused]] const int64_t L = hn::Lanes(DF());
@@ -344,9 +346,9 @@ void Backward(const PostBackwardOperands& o, float* scratch, int64_t t0, int64_t
     const TokenQuads quads[2] = {{base, base + 4 * kQuadBlock, base + 8 * kQuadBlock},
                                  {base + 9 * kQuadBlock, base + 13 * kQuadBlock, base + 17 * kQuadBlock}};
     WithDType(s.x_dtype, [&]<DType T>() {
-      if (!grad_x) return BackwardFour<T, T, false>(o, t0, t1, quads, stream);
-      if (fp32) return BackwardFour<T, DType::fp32, true>(o, t0, t1, quads, stream);
-      BackwardFour<T, T, true>(o, t0, t1, quads, stream);
+      if (!grad_x) return BackwardFour<T, T, false, kHardware>(o, t0, t1, quads, stream);
+      if (fp32) return BackwardFour<T, DType::fp32, true, kHardware>(o, t0, t1, quads, stream);
+      BackwardFour<T, T, true, kHardware>(o, t0, t1, quads, stream);
     });
     if (stream) hwy::FlushStream();
     return;
@@ -366,8 +368,17 @@ void Backward(const PostBackwardOperands& o, float* scratch, int64_t t0, int64_t
 
 [[maybe_unused]] const PostKernels kPost = {.forward_scratch_floats = ForwardScratchFloats,
                                             .backward_scratch_floats = BackwardScratchFloats,
-                                            .forward = Forward,
-                                            .backward = Backward};
+                                            .forward = Forward<false>,
+                                            .backward = Backward<false>};
+#if HWY_TARGET == HWY_AVX3
+// bf16 outputs rounded by vcvtne2ps2bf16, for CPUs with AVX512_BF16: the same bits,
+// the forward 7 % faster (bench/ab_builds.py --op post_forward), the backward 6 % in
+// L2 (mhc-kernel-bench PostBackward/avx512/T:16), 1 % streamed.
+[[maybe_unused]] const PostKernels kPostHardwareBF16 = {.forward_scratch_floats = ForwardScratchFloats,
+                                                        .backward_scratch_floats = BackwardScratchFloats,
+                                                        .forward = Forward<true>,
+                                                        .backward = Backward<true>};
+#endif
 
 }  // namespace mhc::kernels::simd::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -376,6 +387,12 @@ HWY_AFTER_NAMESPACE();
 #include "kernels/simd/per_target.hpp"
 
 namespace mhc::kernels::simd {
-const PostKernels* post(Isa isa) { return MHC_SIMD_PER_TARGET(const PostKernels*, isa, kPost); }
+const PostKernels* post(Isa isa, bool hardware_bf16) {
+#if HWY_TARGETS & HWY_AVX3
+  if (isa == Isa::avx512 && hardware_bf16) return &N_AVX3::kPostHardwareBF16;
+#endif
+  return MHC_SIMD_PER_TARGET(const PostKernels*, isa, kPost);
+}
+const PostKernels* post(Isa isa) { return post(isa, has_avx512_bf16()); }
 }  // namespace mhc::kernels::simd
 #endif

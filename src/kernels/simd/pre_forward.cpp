@@ -516,6 +516,9 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include "kernels/simd/per_target.hpp"
+#if HWY_ARCH_X86
+#include <cpuid.h>
+#endif
 
 namespace mhc::kernels::simd {
 const PreForwardKernels* pre_forward(Isa isa) { return MHC_SIMD_PER_TARGET(const PreForwardKernels*, isa, kPreForward); }
@@ -543,6 +546,18 @@ bool runs(Isa isa) {
   if (isa == Isa::sve) return N_SVE::FloatLanes() <= 16;
 #endif
   return true;
+}
+
+bool has_avx512_bf16() {
+#if HWY_ARCH_X86 && (HWY_TARGETS & HWY_AVX3)
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return runs(Isa::avx512) && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5)) != 0;
+  }();
+  return has;
+#else
+  return false;
+#endif
 }
 }  // namespace mhc::kernels::simd
 #endif

@@ -98,12 +98,33 @@ HWY_INLINE void StoreBF16(DF df, VF v, uint16_t* p) {
 
 // Two vectors as 2 * Lanes bf16 at p (v0 first), rounded as StoreBF16 (the same
 // integer steps, so the same bits); one two-source permute packs both.
+// kHardware (AVX-512 with AVX512_BF16 only: the caller checks the CPU): one
+// vcvtne2ps2bf16 rounds and packs both. It rounds as StoreBF16 does (nearest,
+// ties to even; a NaN's top bits kept, made quiet) except that it flushes
+// subnormal inputs to zero, so vectors holding one take the integer steps.
+template <bool kHardware = false>
 HWY_INLINE void StoreBF16Pair(DF df, VF v0, VF v1, uint16_t* p, bool stream) {
 #if HWY_TARGET == HWY_SCALAR  // the static fallback the registry never names
   StoreBF16(df, v0, p);
   StoreBF16(df, v1, p + hn::Lanes(df));
 #else
   const hn::Repartition<uint16_t, DF> du16;
+#if HWY_TARGET == HWY_AVX3
+  if constexpr (kHardware) {
+    __mmask16 subnormal0, subnormal1;
+    asm("vfpclassps $0x20, %1, %0" : "=k"(subnormal0) : "v"(v0.raw));
+    asm("vfpclassps $0x20, %1, %0" : "=k"(subnormal1) : "v"(v1.raw));
+    if ((subnormal0 | subnormal1) == 0) {
+      hn::Vec<decltype(du16)> packed;
+      asm("vcvtne2ps2bf16 %2, %1, %0" : "=v"(packed.raw) : "v"(v1.raw), "v"(v0.raw));
+      if (stream && reinterpret_cast<uintptr_t>(p) % (hn::Lanes(du16) * sizeof(uint16_t)) == 0)
+        return hn::Stream(packed, du16, p);
+      return hn::StoreU(packed, du16, p);
+    }
+  }
+#else
+  static_assert(!kHardware, "vcvtne2ps2bf16 is an AVX-512 instruction");
+#endif
   auto round = [&](VF v) { return hn::BitCast(du16, BF16InHighHalves(df, v)); };
   const auto packed = hn::ConcatOdd(du16, round(v1), round(v0));  // the high halves: bf16
   if (stream && reinterpret_cast<uintptr_t>(p) % (hn::Lanes(du16) * sizeof(uint16_t)) == 0)
