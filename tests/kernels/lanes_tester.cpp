@@ -61,6 +61,31 @@ TEST(StoreRounded, MatchesTheScalarConversionsBitForBit) {
   }
 }
 
+// StoreBF16Pair's integer steps and, where the CPU has AVX512_BF16, its
+// vcvtne2ps2bf16 form (which flushes subnormal inputs, so their pairs take the
+// steps): the scalar conversion's bits for every rounding case, each case also
+// alone among ordinary values (a pair with one subnormal lane).
+TEST(StoreBF16Pair, MatchesTheScalarConversionBitForBit) {
+  std::vector<float> in = rounding_cases();
+  for (size_t i = 0; i < 64; ++i) {
+    in.push_back(in[i]);
+    for (int k = 1; k < 64; ++k) in.push_back(1.0f + float(k) / 64);
+  }
+  std::vector<uint16_t> want(in.size());
+  for (size_t i = 0; i < in.size(); ++i) mhc::core::store_element(want.data(), DType::bf16, int64_t(i), in[i]);
+  MHC_FOR_EACH_SIMD_TARGET(m) {
+    for (auto [name, store] : {std::pair{"integer steps", m->store_bf16_pairs},
+                               std::pair{"vcvtne2ps2bf16", m->store_bf16_pairs_hardware}}) {
+      if (store == nullptr) continue;
+      const size_t whole = in.size() / size_t(2 * m->lanes) * size_t(2 * m->lanes);
+      std::vector<uint16_t> got(whole);
+      store(in.data(), int64_t(whole), got.data());
+      ASSERT_EQ(got, std::vector<uint16_t>(want.begin(), want.begin() + std::ptrdiff_t(whole)))
+          << m->target << " " << name;
+    }
+  }
+}
+
 TEST(PortableDot, SixteenLanesInOrderThenTheFoldTree) {
   Rng rng(5);
   for (int64_t n : {0, 1, 15, 16, 17, 100, 1031}) {

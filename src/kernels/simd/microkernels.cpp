@@ -55,6 +55,14 @@ void StoreRoundedKernel(DType dtype, const float* in, int64_t count, void* out) 
   });
 }
 
+template <bool kHardware>
+void StoreBF16PairsKernel(const float* in, int64_t count, uint16_t* out) {
+  const DF df;
+  const int64_t L = hn::Lanes(df);
+  for (int64_t i = 0; i < count; i += 2 * L)
+    StoreBF16Pair<kHardware>(df, hn::LoadU(df, in + i), hn::LoadU(df, in + i + L), out + i, false);
+}
+
 void StripBlockKernel(int rows, bool last, DType x_dtype, const float* G, int64_t F, int64_t tokens, int64_t f0,
                       const float* const* phi_rows, const void* v_tile, int64_t v_row, float* gu_tile, bool first,
                       int64_t width, float* totals, int64_t total_stride, const float* c, const float* gamma,
@@ -92,6 +100,12 @@ void RoundHf32Kernel(float* values, int64_t count) { RoundHf32Row(DF(), values, 
     .weighted_rows = WeightedRowsKernel,
     .fold_lanes = FoldLanesKernel,
     .store_rounded = StoreRoundedKernel,
+    .store_bf16_pairs = StoreBF16PairsKernel<false>,
+#if HWY_TARGET == HWY_AVX3
+    .store_bf16_pairs_hardware = has_avx512_bf16() ? StoreBF16PairsKernel<true> : nullptr,
+#else
+    .store_bf16_pairs_hardware = nullptr,
+#endif
     .round_hf32 = RoundHf32Kernel,
     .block_rows = kBlockRows,
     .token_floats = kTokenFloats,

@@ -46,6 +46,10 @@ struct Microkernels {
   // (round to nearest even, NaN kept a NaN); count a multiple of lanes.
   float (*fold_lanes)(const float* lanes);
   void (*store_rounded)(DType dtype, const float* in, int64_t count, void* out);
+  // StoreBF16Pair: bf16 two vectors at a time, count a multiple of 2 * lanes; with
+  // hardware, by vcvtne2ps2bf16 (avx512 only, where has_avx512_bf16(); else nullptr).
+  void (*store_bf16_pairs)(const float* in, int64_t count, uint16_t* out);
+  void (*store_bf16_pairs_hardware)(const float* in, int64_t count, uint16_t* out);
   // values[i] = common::round_hf32(values[i]) (kernels/common/hf32.hpp), i < count.
   void (*round_hf32)(float* values, int64_t count);
 
