@@ -56,6 +56,9 @@ struct ForwardOperands {
   double norm_eps = 0.0, hc_eps = 0.0;  // as given: the fp32 families round them, the reference does not
   StreamRows<const void> x;    // [T][N][D]
   Matrix<const float> phi;     // [F][K]
+  // phi as the table's products read it (lay_out_phi_panels), made once for weights
+  // prepared once; nullptr: the kernels arrange what they read at each call.
+  const float* phi_panels = nullptr;
   Matrix<const float> gamma;   // [N][D], or absent
   const float* alpha = nullptr;  // [alpha_entries()]
   const float* bias = nullptr;   // [F]
@@ -104,6 +107,10 @@ struct PreForwardKernels {
   // other than T, so that its bytes serve every call of the shape whatever T and
   // x (weights prepared once, ops/pre/prepared.hpp). nullptr: never.
   bool (*prepare_reads_weights_only)(const PreShape&) = nullptr;
+  // Bytes of phi laid out as this table's products read it (nullptr: no such form),
+  // and that layout made from the operands' phi, for ForwardOperands::phi_panels.
+  int64_t (*phi_panels_bytes)(const PreShape&) = nullptr;
+  void (*lay_out_phi_panels)(const ForwardOperands&, float* panels) = nullptr;
   // Whether the table serves this call (nullptr: every call); the calls it does
   // not serve run on its registry entry's base table, which also finishes its items.
   bool (*applies)(const PreShape&) = nullptr;

@@ -97,6 +97,10 @@ std::vector<Case> pre_cases() {
   cases.push_back({.T = 5, .strided_phi = true});
   cases.push_back({.T = 96, .dtype = DType::fp32, .hf32 = true, .strided_phi = true});
   cases.push_back({.T = 80, .N = 2, .D = 2048});
+  // Panels of phi (the simd families): a partial last block and column vector, and
+  // N = 8's 80 rows (a last tile of two rows).
+  cases.push_back({.T = 20, .D = 141, .dtype = DType::fp16});
+  cases.push_back({.T = 12, .N = 8, .D = 96});
   return cases;
 }
 

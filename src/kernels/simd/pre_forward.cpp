@@ -42,6 +42,39 @@ namespace mhc::kernels::simd::HWY_NAMESPACE {
 // and T=64).
 constexpr int64_t kPanelColumns = 512, kPanelStride = kPanelColumns + 16;
 
+// phi laid out in panels once (ForwardOperands::phi_panels, weights prepared once):
+// per tile of rows (kTileRows rows from f0 + fr, each pass's tiles in order), per
+// block of kPanelColumns columns of phi's whole vectors, the tile's rows
+// kPanelStride floats apart, as SliceSums would copy them.
+constexpr int64_t kTilesPerPass = (kRowsPerPass + kTileRows - 1) / kTileRows;
+static int64_t PanelBlocks(const PreShape& d) {
+  const int64_t L = hn::Lanes(DF());
+  return (d.K / L * L + kPanelColumns - 1) / kPanelColumns;
+}
+// Where the panel of the tile at f0 + fr and the block at column c0 starts (floats).
+static int64_t PanelAt(const PreShape& d, int64_t f0, int64_t fr, int64_t c0) {
+  const int64_t tile = f0 / kRowsPerPass * kTilesPerPass + fr / kTileRows;
+  return (tile * PanelBlocks(d) + c0 / kPanelColumns) * kTileRows * kPanelStride;
+}
+int64_t PhiPanelsBytes(const PreShape& d) {
+  const int64_t last_pass = (d.F - 1) / kRowsPerPass * kRowsPerPass;
+  const int64_t tiles = last_pass / kRowsPerPass * kTilesPerPass + (d.F - last_pass + kTileRows - 1) / kTileRows;
+  return tiles * PanelBlocks(d) * kTileRows * kPanelStride * int64_t(sizeof(float));
+}
+void LayOutPhiPanels(const ForwardOperands& o, float* panels) {
+  const PreShape& d = o.shape;
+  const int64_t K_full = d.K / int64_t(hn::Lanes(DF())) * int64_t(hn::Lanes(DF()));
+  std::fill_n(panels, PhiPanelsBytes(d) / int64_t(sizeof(float)), 0.0f);
+  for (int64_t f0 = 0; f0 < d.F; f0 += kRowsPerPass)
+    for (int64_t fr = 0; fr < std::min(kRowsPerPass, d.F - f0); fr += kTileRows)
+      for (int64_t c0 = 0; c0 < K_full; c0 += kPanelColumns) {
+        float* panel = panels + PanelAt(d, f0, fr, c0);
+        for (int64_t f = 0; f < kTileRows && f0 + fr + f < std::min(d.F, f0 + kRowsPerPass); ++f)
+          std::copy_n(o.phi.data + (f0 + fr + f) * o.phi.row_stride + c0, std::min(kPanelColumns, K_full - c0),
+                      panel + f * kPanelStride);
+      }
+}
+
 // CastChunk prefetches the row of the token this many ahead, so that the row has
 // arrived when the cast reaches it (mhc-bench a and d forward, MHC_ISA=avx512).
 constexpr int64_t kCastAhead = 4;
@@ -243,7 +276,8 @@ static void CastSliceSums(const ForwardOperands& o, const ForwardScratch& s, int
 // RunTiles. For D and k0 multiples of kSquareBlockColumns (a block lies in one stream).
 static_assert(kPanelColumns % kSquareBlockColumns == 0, "a panel holds whole blocks of squares");
 static void CastPanel(const ForwardOperands& o, const ForwardScratch& s, int64_t t0, int64_t tokens, int64_t rows,
-                      int tile_rows, int64_t k0, int64_t c0, int64_t c1, bool first, bool with_sq) {
+                      int tile_rows, const float* panel, int64_t k0, int64_t c0, int64_t c1, bool first,
+                      bool with_sq) {
   const PreShape& d = o.shape;
   const DF df;
   const int64_t L = hn::Lanes(df), esize = core::element_size(d.x_dtype);
@@ -262,7 +296,7 @@ static void CastPanel(const ForwardOperands& o, const ForwardScratch& s, int64_t
         }
         HWY_ALIGN float squares[kCastTileTokens * hn::MaxLanes(DF())];
         CastTile<T>(tile_tokens, tile_rows, x_rows, o.gamma.present() ? o.gamma.row(n) + j : nullptr, d.hf32,
-                    s.u + tt * kURowFloats + (b - k0), s.phi_panel + (b - c0), kPanelStride, vectors,
+                    s.u + tt * kURowFloats + (b - k0), panel + (b - c0), kPanelStride, vectors,
                     s.acc + tt * rows * L, rows * L, first && b == c0, with_sq ? squares : nullptr, ahead_rows);
         for (int q = 0; q < tile_tokens && with_sq; ++q) {
           float* lanes = s.sq_slice + (tt + q) * L;
@@ -317,18 +351,21 @@ static void SliceSums(const ForwardOperands& o, const ForwardScratch& s, int64_t
     const bool first = c0 == k0;
     for (int64_t fr = 0; fr < rows; fr += kTileRows) {
       const int tile_rows = int(std::min<int64_t>(kTileRows, rows - fr));
-      for (int f = 0; f < tile_rows; ++f) {
+      // Weights prepared once bring their panels; else this call copies them (the
+      // prepared panels: mhc-bench decode, prepared rows).
+      const float* panel = o.phi_panels != nullptr ? o.phi_panels + PanelAt(d, f0, fr, c0) : s.phi_panel;
+      for (int f = 0; f < tile_rows && o.phi_panels == nullptr; ++f) {
         float* row = s.phi_panel + f * kPanelStride;
         const float* from = phi + (f0 + fr + f) * phi_rs;
         for (int64_t k = c0; k < c1; k += L) hn::Store(hn::LoadU(df, from + k), df, row + (k - c0));
       }
       if (cast_in_tiles && fr == 0) {
-        CastPanel(o, s, t0, tokens, rows, tile_rows, k0, c0, c1, first, with_sq);
+        CastPanel(o, s, t0, tokens, rows, tile_rows, panel, k0, c0, c1, first, with_sq);
         continue;
       }
       for (int64_t tt = 0; tt < tokens; tt += kTileTokens)
         RunTile(int(std::min<int64_t>(kTileTokens, tokens - tt)), tile_rows, s.u + tt * kURowFloats + (c0 - k0),
-                s.phi_panel, kPanelStride, vectors, s.acc + (tt * rows + fr) * L, rows * L, first);
+                panel, kPanelStride, vectors, s.acc + (tt * rows + fr) * L, rows * L, first);
     }
   }
   if (k_end > full_end && full_end >= k0) {  // the partial last column vector, zero-padded
@@ -509,6 +546,8 @@ int64_t FloatLanes() { return int64_t(hn::Lanes(DF())); }
                                                         .item_tokens = ForwardItemTokens,
                                                         .prepared_bytes = ForwardPreparedBytes,
                                                         .prepare = ForwardPrepare,
+                                                        .phi_panels_bytes = PhiPanelsBytes,
+                                                        .lay_out_phi_panels = LayOutPhiPanels,
                                                         .finish_tokens = ForwardFinishTokens};
 
 }  // namespace mhc::kernels::simd::HWY_NAMESPACE

@@ -37,9 +37,9 @@ struct Primitive {
   // primitive runs again (the primitive cache), instead of from the caller's stack.
   kernels::ForwardOperands operands;
   size_t workspace_bytes = 0;
-  // A prepared call's forms (ops/pre/prepared.hpp): its phi copy, and its kernels'
-  // preparation, which the run then does not make.
-  std::shared_ptr<const PreparedPre::Form> phi_form, weights_form;
+  // A prepared call's forms (ops/pre/prepared.hpp): its phi copy, its kernels'
+  // preparation, which the run then does not make, and phi in its kernels' panels.
+  std::shared_ptr<const PreparedPre::Form> phi_form, weights_form, panels_form;
 };
 
 // num_threads <= 0: the default count.

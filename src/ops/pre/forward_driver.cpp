@@ -123,6 +123,21 @@ std::shared_ptr<const Form> family_form(const core::ForwardProblem& p, const ker
   });
 }
 
+// A prepared call's phi in its kernels' panels (kernels.phi_panels_bytes), when
+// phi fits the kernels' view: made once with the handle, so no call copies phi
+// (mhc-bench decode, prepared rows).
+std::shared_ptr<const Form> panels_form(const core::ForwardProblem& p, const kernels::PreForwardKernels& kernels) {
+  const kernels::PreShape shape = shape_of(p);
+  if (p.prepared == nullptr || shape.T == 0 || kernels.phi_panels_bytes == nullptr || !fits(p.phi, View::matrix))
+    return nullptr;
+  FormKey key{.kind = FormKey::Kind::phi_panels, .isa = p.isa, .table = &kernels, .shape = shape};
+  key.shape.T = 0;
+  return p.prepared->form(key, [&](Form* form) {
+    form->allocate(size_t(kernels.phi_panels_bytes(shape)));
+    kernels.lay_out_phi_panels(operands_of(p), static_cast<float*>(form->data));
+  });
+}
+
 }  // namespace
 
 Primitive make_primitive(const core::ForwardProblem& problem, int num_threads) {
@@ -134,12 +149,14 @@ Primitive make_primitive(const core::ForwardProblem& problem, int num_threads) {
   primitive.finish = selected.finish;
   primitive.threads = resolve_threads(num_threads);
   primitive.weights_form = family_form(primitive.problem, *selected.kernels);
+  primitive.panels_form = panels_form(primitive.problem, *selected.kernels);
   primitive.plan =
       make_plan(*selected.kernels, shape_of(problem), primitive.threads, primitive.weights_form != nullptr);
   core::ForwardProblem staged = primitive.problem;
   const Staging staging = staging_of(&staged);
   primitive.staged = staging.any();
   primitive.operands = operands_of(primitive.problem);
+  if (primitive.panels_form != nullptr) primitive.operands.phi_panels = static_cast<const float*>(primitive.panels_form->data);
   primitive.workspace_bytes = staging.workspace_bytes(primitive.plan.workspace_bytes);
   return primitive;
 }
@@ -173,8 +190,11 @@ Status run(const Primitive& primitive, void* workspace, size_t workspace_bytes, 
     staging = staging_of(&staged_problem);
     staging.gather(workspace, plan.workspace_bytes, primitive.threads);
   }
-  const kernels::ForwardOperands staged_operands = primitive.staged ? operands_of(staged_problem)
-                                                                     : kernels::ForwardOperands{};
+  kernels::ForwardOperands staged_operands;
+  if (primitive.staged) {
+    staged_operands = operands_of(staged_problem);
+    staged_operands.phi_panels = primitive.operands.phi_panels;
+  }
   const kernels::ForwardOperands& operands = primitive.staged ? staged_operands : primitive.operands;
   Workspace w = lay_out(plan, workspace);
   if (primitive.weights_form != nullptr) {

@@ -18,11 +18,11 @@ namespace mhc {
 
 class PreparedPre {
  public:
-  // What a form is of: phi as a contiguous copy (rounded to HF32 when hf32), or a
+  // What a form is of: phi as a contiguous copy (rounded to HF32 when hf32), a
   // kernel family's preparation for a shape (its T aside: only forms that do not
-  // depend on it are kept).
+  // depend on it are kept), or phi laid out as a family's products read it.
   struct FormKey {
-    enum class Kind { phi, family } kind = Kind::phi;
+    enum class Kind { phi, family, phi_panels } kind = Kind::phi;
     Isa isa = Isa::automatic;
     const void* table = nullptr;  // the kernel table whose preparation it is
     kernels::PreShape shape;
