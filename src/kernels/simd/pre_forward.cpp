@@ -6,8 +6,9 @@
 // fp32, times gamma) is formed once per pass and stays in cache while every
 // micro-tile of kTileTokens tokens x kTileRows rows runs over it, register-blocked,
 // a block of kPanelColumns columns at a time: one tile's rows of phi over the block
-// are copied (a panel) to stay in L1 while every token tile runs over them (an
-// item of one token tile reads phi in place, over the whole slice). Where D is a
+// are copied (a panel) to stay in L1 while every token tile runs over them, or,
+// for weights prepared once, read from the panels the handle keeps (an item of
+// one token tile reads phi in place, over the whole slice). Where D is a
 // multiple of kSquareBlockColumns the first row tile of each panel forms that
 // panel's u as it runs (CastTile), else the slice is cast before its tiles. Each
 // slice's lane sums start from zero and are added to the item's totals
