@@ -52,28 +52,35 @@ static int64_t PanelBlocks(const PreShape& d) {
   const int64_t L = hn::Lanes(DF());
   return (d.K / L * L + kPanelColumns - 1) / kPanelColumns;
 }
+static int64_t PanelTile(int64_t f0, int64_t fr) { return f0 / kRowsPerPass * kTilesPerPass + fr / kTileRows; }
 // Where the panel of the tile at f0 + fr and the block at column c0 starts (floats).
 static int64_t PanelAt(const PreShape& d, int64_t f0, int64_t fr, int64_t c0) {
-  const int64_t tile = f0 / kRowsPerPass * kTilesPerPass + fr / kTileRows;
-  return (tile * PanelBlocks(d) + c0 / kPanelColumns) * kTileRows * kPanelStride;
+  return (PanelTile(f0, fr) * PanelBlocks(d) + c0 / kPanelColumns) * kTileRows * kPanelStride;
 }
 int64_t PhiPanelsBytes(const PreShape& d) {
-  const int64_t last_pass = (d.F - 1) / kRowsPerPass * kRowsPerPass;
-  const int64_t tiles = last_pass / kRowsPerPass * kTilesPerPass + (d.F - last_pass + kTileRows - 1) / kTileRows;
+  const int64_t last_f0 = (d.F - 1) / kRowsPerPass * kRowsPerPass;
+  const int64_t tiles = PanelTile(last_f0, d.F - 1 - last_f0) + 1;
   return tiles * PanelBlocks(d) * kTileRows * kPanelStride * int64_t(sizeof(float));
+}
+// tile_rows rows of phi (phi_rs apart) over columns [c0, c1), whole vectors, into
+// a panel: what SliceSums copies at each call, and what a handle keeps.
+static void CopyPanel(const float* phi_rows, int64_t phi_rs, int tile_rows, int64_t c0, int64_t c1, float* panel) {
+  const DF df;
+  for (int f = 0; f < tile_rows; ++f)
+    for (int64_t k = c0; k < c1; k += hn::Lanes(df))
+      hn::Store(hn::LoadU(df, phi_rows + f * phi_rs + k), df, panel + f * kPanelStride + (k - c0));
 }
 void LayOutPhiPanels(const ForwardOperands& o, float* panels) {
   const PreShape& d = o.shape;
   const int64_t K_full = d.K / int64_t(hn::Lanes(DF())) * int64_t(hn::Lanes(DF()));
   std::fill_n(panels, PhiPanelsBytes(d) / int64_t(sizeof(float)), 0.0f);
-  for (int64_t f0 = 0; f0 < d.F; f0 += kRowsPerPass)
-    for (int64_t fr = 0; fr < std::min(kRowsPerPass, d.F - f0); fr += kTileRows)
-      for (int64_t c0 = 0; c0 < K_full; c0 += kPanelColumns) {
-        float* panel = panels + PanelAt(d, f0, fr, c0);
-        for (int64_t f = 0; f < kTileRows && f0 + fr + f < std::min(d.F, f0 + kRowsPerPass); ++f)
-          std::copy_n(o.phi.data + (f0 + fr + f) * o.phi.row_stride + c0, std::min(kPanelColumns, K_full - c0),
-                      panel + f * kPanelStride);
-      }
+  for (int64_t f0 = 0; f0 < d.F; f0 += kRowsPerPass) {
+    const int64_t rows = std::min(kRowsPerPass, d.F - f0);
+    for (int64_t fr = 0; fr < rows; fr += kTileRows)
+      for (int64_t c0 = 0; c0 < K_full; c0 += kPanelColumns)
+        CopyPanel(o.phi.data + (f0 + fr) * o.phi.row_stride, o.phi.row_stride, int(std::min<int64_t>(kTileRows, rows - fr)),
+                  c0, std::min(K_full, c0 + kPanelColumns), panels + PanelAt(d, f0, fr, c0));
+  }
 }
 
 // CastChunk prefetches the row of the token this many ahead, so that the row has
@@ -355,11 +362,7 @@ static void SliceSums(const ForwardOperands& o, const ForwardScratch& s, int64_t
       // Weights prepared once bring their panels; else this call copies them (the
       // prepared panels: mhc-bench decode, prepared rows).
       const float* panel = o.phi_panels != nullptr ? o.phi_panels + PanelAt(d, f0, fr, c0) : s.phi_panel;
-      for (int f = 0; f < tile_rows && o.phi_panels == nullptr; ++f) {
-        float* row = s.phi_panel + f * kPanelStride;
-        const float* from = phi + (f0 + fr + f) * phi_rs;
-        for (int64_t k = c0; k < c1; k += L) hn::Store(hn::LoadU(df, from + k), df, row + (k - c0));
-      }
+      if (o.phi_panels == nullptr) CopyPanel(phi + (f0 + fr) * phi_rs, phi_rs, tile_rows, c0, c1, s.phi_panel);
       if (cast_in_tiles && fr == 0) {
         CastPanel(o, s, t0, tokens, rows, tile_rows, panel, k0, c0, c1, first, with_sq);
         continue;

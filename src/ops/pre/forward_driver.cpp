@@ -156,7 +156,8 @@ Primitive make_primitive(const core::ForwardProblem& problem, int num_threads) {
   const Staging staging = staging_of(&staged);
   primitive.staged = staging.any();
   primitive.operands = operands_of(primitive.problem);
-  if (primitive.panels_form != nullptr) primitive.operands.phi_panels = static_cast<const float*>(primitive.panels_form->data);
+  if (primitive.panels_form != nullptr)
+    primitive.operands.phi_panels = static_cast<const float*>(primitive.panels_form->data);
   primitive.workspace_bytes = staging.workspace_bytes(primitive.plan.workspace_bytes);
   return primitive;
 }
